@@ -1,0 +1,8 @@
+"""ASGI entry point (uvicorn serves the long-lived event streams)."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+application = get_asgi_application()

@@ -1,0 +1,126 @@
+"""Host-core API: tokens, health and readiness."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connection
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core import services
+from core.api_base import StrictSerializer
+from core.auth import principal_of
+from core.models import ApiToken, TokenScope
+from core.permissions import Authenticated, Public
+from core.errors import MSG_FORBIDDEN, HostError
+from core.schema import error_responses
+
+
+SCOPE_RANK = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
+
+
+class TokenOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "scope", "expires_at", "revoked_at", "last_used_at",
+                  "created_at"]
+
+
+class TokenListCreateApi(APIView):
+    permission_classes = [Authenticated]
+
+    class InputSerializer(StrictSerializer):
+        name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+        scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.WRITE)
+        expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+    class CreatedSerializer(TokenOutputSerializer):
+        token = serializers.CharField(help_text="The raw token. Shown once; store it now.")
+
+        class Meta(TokenOutputSerializer.Meta):
+            fields = [*TokenOutputSerializer.Meta.fields, "token"]
+
+    @extend_schema(responses={200: TokenOutputSerializer(many=True), **error_responses(401)})
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        tokens = ApiToken.objects.filter(user_id=principal.user_id)[:100]
+        return Response(TokenOutputSerializer(tokens, many=True).data)
+
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: CreatedSerializer, **error_responses(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        principal = principal_of(request)
+        # a token can never mint a token wider than itself
+        if principal.method == "token" and SCOPE_RANK[data.validated_data["scope"]] > SCOPE_RANK[
+            principal.scope
+        ]:
+            raise HostError("auth", "forbidden", MSG_FORBIDDEN)
+        token, raw = services.token_create(user=principal.user, **data.validated_data)
+        body = TokenOutputSerializer(token).data | {"token": raw}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class TokenRevokeApi(APIView):
+    permission_classes = [Authenticated]
+
+    @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
+    def delete(self, request: Request, token_id: int) -> Response:
+        services.token_revoke(principal=principal_of(request), token_id=token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class HealthzApi(APIView):
+    """Liveness only."""
+
+    permission_classes = [Public]
+    authentication_classes: list = []
+
+    @extend_schema(responses={200: OpenApiResponse(description="alive")})
+    def get(self, request: Request) -> Response:
+        return Response({"status": "ok"})
+
+
+class ReadyzApi(APIView):
+    """Readiness: the database, the broker, and that beat ticked recently."""
+
+    permission_classes = [Public]
+    authentication_classes: list = []
+
+    @extend_schema(responses={200: OpenApiResponse(description="ready"),
+                              503: OpenApiResponse(description="not ready")})
+    def get(self, request: Request) -> Response:
+        checks = {"database": _database_ok(), "broker": _broker_ok()}
+        age = services.beat_age_seconds()
+        checks["beat"] = age is not None and age <= settings.BEAT_STALE_SECONDS
+        ready = all(checks.values())
+        body = {"status": "ready" if ready else "not_ready", "checks": checks,
+                "beat_age_seconds": age}
+        return Response(body, status=200 if ready else 503)
+
+
+def _database_ok() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except Exception:
+        return False
+
+
+def _broker_ok() -> bool:
+    from config.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True
+    except Exception:
+        return False
+

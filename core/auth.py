@@ -1,0 +1,213 @@
+"""Principals and the authentication methods that produce them (spec 05, first section).
+
+Every authenticated request carries a `Principal` in `request.auth`. Methods, in order:
+service tokens (`HOST_API_TOKEN`), per-user API tokens, trusted forward-auth headers, the Django
+session (with CSRF), and `HOST_AUTH=none` for local development.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from core.models import ApiToken, TokenScope
+
+SERVICE_USERNAME = "hyphae-service"
+DEV_USERNAME = "dev"
+TOKEN_PREFIX = "hy_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is acting: a user, with how they authenticated and what they may do."""
+
+    user: Any
+    name: str
+    email: str
+    admin: bool
+    service: bool
+    method: str  # token | service | proxy | session | none
+    scope: str = TokenScope.WRITE  # tokens narrow this; other methods act with full rights
+
+    @property
+    def user_id(self) -> int | None:
+        return getattr(self.user, "pk", None)
+
+    @property
+    def is_authenticated(self) -> bool:
+        return self.user is not None and self.user.is_authenticated
+
+    @property
+    def can_write(self) -> bool:
+        return self.is_authenticated and self.scope != TokenScope.READ
+
+    @property
+    def is_runtime(self) -> bool:
+        return self.service or (self.method == "token" and self.scope == TokenScope.RUNTIME)
+
+
+ANONYMOUS = Principal(
+    user=AnonymousUser(), name="", email="", admin=False, service=False, method="anonymous",
+    scope=TokenScope.READ,
+)
+
+
+def principal_of(request: Request) -> Principal:
+    auth = getattr(request, "auth", None)
+    return auth if isinstance(auth, Principal) else ANONYMOUS
+
+
+def user_principal(user: AbstractBaseUser, method: str, scope: str = TokenScope.WRITE) -> Principal:
+    return Principal(
+        user=user,
+        name=user.get_full_name() or user.get_username(),  # type: ignore[attr-defined]
+        email=getattr(user, "email", "") or "",
+        admin=bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False)),
+        service=False,
+        method=method,
+        scope=scope,
+    )
+
+
+def service_user() -> AbstractBaseUser:
+    user, _ = get_user_model().objects.get_or_create(
+        username=SERVICE_USERNAME, defaults={"first_name": "Hyphae service"}
+    )
+    return user
+
+
+def _bearer(request: Request) -> str | None:
+    header = authentication.get_authorization_header(request).decode("latin-1", "replace")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def token_digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def token_new() -> tuple[str, str, str]:
+    """Return (raw token, its prefix for display, its digest for storage)."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return raw, raw[:10], token_digest(raw)
+
+
+class _Authentication(authentication.BaseAuthentication):
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="hyphae"'
+
+
+class ServiceTokenAuthentication(_Authentication):
+    """`Authorization: Bearer <one of HOST_API_TOKEN>` → the service principal."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
+        raw = _bearer(request)
+        if raw is None or not settings.HOST_API_TOKEN:
+            return None
+        # compare against every configured token (constant time each) so rotation is seamless
+        if not any(hmac.compare_digest(raw, t) for t in settings.HOST_API_TOKEN):
+            return None
+        user = service_user()
+        principal = Principal(
+            user=user, name="service", email="", admin=True, service=True, method="service",
+            scope=TokenScope.RUNTIME,
+        )
+        return user, principal
+
+
+class ApiTokenAuthentication(_Authentication):
+    """`Authorization: Bearer hy_…` → the token's user, narrowed to the token's scope."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
+        raw = _bearer(request)
+        if raw is None:
+            return None
+        token = (
+            ApiToken.objects.select_related("user")
+            .filter(digest=token_digest(raw), revoked_at__isnull=True)
+            .first()
+        )
+        now = timezone.now()
+        if token is None or (token.expires_at is not None and token.expires_at <= now):
+            raise exceptions.AuthenticationFailed()
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed()
+        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return token.user, user_principal(token.user, "token", token.scope)
+
+
+def trusted_proxy(remote_addr: str | None) -> bool:
+    if not remote_addr:
+        return False
+    try:
+        address = ipaddress.ip_address(remote_addr)
+    except ValueError:
+        return False
+    return any(address in network for network in settings.HOST_TRUSTED_PROXIES)
+
+
+class ProxyAuthentication(_Authentication):
+    """Forward-auth headers, trusted only with HOST_PROXY_AUTH and from HOST_TRUSTED_PROXIES.
+
+    From anywhere else the same headers are ignored entirely.
+    """
+
+    def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
+        if not settings.HOST_PROXY_AUTH or not trusted_proxy(request.META.get("REMOTE_ADDR")):
+            return None
+        username = request.headers.get("X-Forwarded-User", "").strip()
+        if not username:
+            return None
+        if len(username) > 150:
+            raise exceptions.AuthenticationFailed()
+        email = request.headers.get("X-Forwarded-Email", "").strip()[:254]
+        name = request.headers.get("X-Forwarded-Preferred-Username", "").strip()[:150]
+        groups = {g.strip() for g in request.headers.get("X-Forwarded-Groups", "").split(",")}
+        user, _ = get_user_model().objects.get_or_create(
+            username=username, defaults={"email": email, "first_name": name}
+        )
+        if not user.is_active:
+            raise exceptions.AuthenticationFailed()
+        admin = settings.HOST_PROXY_ADMIN_GROUP in groups or user.is_staff
+        principal = Principal(
+            user=user, name=name or username, email=email or user.email, admin=admin,
+            service=False, method="proxy",
+        )
+        return user, principal
+
+
+class SessionPrincipalAuthentication(authentication.SessionAuthentication):
+    """Django session login (admin, inspector page). Unsafe methods require CSRF."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
+        result = super().authenticate(request)
+        if result is None:
+            return None
+        user, _ = result
+        return user, user_principal(user, "session")
+
+
+class NoAuthDevelopmentAuthentication(_Authentication):
+    """`HOST_AUTH=none`: every request acts as the local `dev` admin. Development only."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
+        if settings.HOST_AUTH != "none":
+            return None
+        user, _ = get_user_model().objects.get_or_create(
+            username=DEV_USERNAME, defaults={"is_staff": True, "is_superuser": True}
+        )
+        return user, user_principal(user, "none")

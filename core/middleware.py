@@ -1,0 +1,93 @@
+"""Request-scoped middleware: request ids and body limits (checked before anything parses)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from core.errors import MSG_TOO_LARGE, HostError
+from core.logging import request_id_var
+
+# Paths with their own body limit (longest prefix wins). Extension routes declare theirs;
+# the registry adds them through `register_body_limit`.
+_BODY_LIMITS: list[tuple[str, int]] = []
+
+
+def register_body_limit(prefix: str, limit: int) -> None:
+    _BODY_LIMITS.append((prefix, limit))
+    _BODY_LIMITS.sort(key=lambda item: len(item[0]), reverse=True)
+
+
+def body_limit_for(path: str) -> int:
+    for prefix, limit in _BODY_LIMITS:
+        if path.startswith(prefix):
+            return limit
+    return settings.HOST_MAX_BODY_BYTES
+
+
+class RequestIdMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        incoming = request.headers.get("X-Request-Id", "")
+        rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+        try:
+            response = self.get_response(request)
+        finally:
+            request_id_var.reset(token)
+        response["X-Request-Id"] = rid
+        return response
+
+
+def too_large_response() -> JsonResponse:
+    return JsonResponse(HostError("limit", "too_large", MSG_TOO_LARGE).body(), status=413)
+
+
+class BodyLimitMiddleware:
+    """413 `limit/too_large` for a body over its path's limit, before any view parses it.
+
+    A declared Content-Length is checked up front; a body without one (chunked) is read up to
+    the limit + 1 byte and refused if it goes past.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method in {"GET", "HEAD", "OPTIONS"}:
+            return self.get_response(request)
+        limit = body_limit_for(request.path)
+        raw_length = request.META.get("CONTENT_LENGTH") or ""
+        if raw_length:
+            try:
+                length = int(raw_length)
+            except ValueError:
+                return JsonResponse(
+                    HostError("contract", "invalid", "Content-Length is invalid").body(),
+                    status=400,
+                )
+            if length > limit:
+                return too_large_response()
+        elif "wsgi.input" in request.META and request.META.get("HTTP_TRANSFER_ENCODING"):
+            data = request.META["wsgi.input"].read(limit + 1)
+            if len(data) > limit:
+                return too_large_response()
+            request.META["wsgi.input"] = io.BytesIO(data)
+            request.META["CONTENT_LENGTH"] = str(len(data))
+        request.body_limit = limit  # type: ignore[attr-defined]
+        return self.get_response(request)
+
+
+def json_error(error: HostError) -> JsonResponse:
+    """Render a HostError outside DRF (plain Django views, middleware)."""
+    response = JsonResponse(error.body(), status=error.status, )
+    if error.retry_after is not None:
+        response["Retry-After"] = str(error.retry_after)
+    return response
+

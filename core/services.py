@@ -1,0 +1,83 @@
+"""Host-core services: API tokens, the audit log, beat liveness."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from core import clock
+from core.auth import Principal, token_new
+from core.errors import MSG_NOT_FOUND, HostError
+from core.models import ApiToken, AuditEntry, IdempotencyResult, LifecycleEvent
+
+BEAT_KEY = "hyphae:beat:last_tick_ms"
+
+
+def token_create(
+    *, user: Any, name: str, scope: str, expires_at: dt.datetime | None
+) -> tuple[ApiToken, str]:
+    """Create a token for `user`; returns the row and the raw token (shown once)."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise HostError(
+            "contract", "invalid", "Token expiry must be in the future",
+            details={"expires_at": ["Must be in the future."]},
+        )
+    raw, prefix, digest = token_new()
+    token = ApiToken.objects.create(
+        user=user, name=name, scope=scope, prefix=prefix, digest=digest, expires_at=expires_at
+    )
+    return token, raw
+
+
+def token_revoke(*, principal: Principal, token_id: int) -> ApiToken:
+    """Revoke one of the principal's tokens (staff may revoke anyone's). Idempotent."""
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().filter(pk=token_id).first()
+        if token is None or (token.user_id != principal.user_id and not principal.admin):
+            raise HostError("store", "not_found", MSG_NOT_FOUND)
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at", "updated_at"])
+    return token
+
+
+def tokens_revoke_for_user(*, user_id: int) -> int:
+    return ApiToken.objects.filter(user_id=user_id, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+
+
+def audit_record(*, actor: str, action: str, target: str = "", detail: dict | None = None) -> None:
+    AuditEntry.objects.create(actor=actor[:150], action=action, target=target[:256],
+                              detail=detail or {})
+
+
+def beat_tick() -> None:
+    cache.set(BEAT_KEY, clock.now_ms(), timeout=None)
+
+
+def beat_age_seconds() -> float | None:
+    """Seconds since beat last ticked (host clock), or None if it never did."""
+    last = cache.get(BEAT_KEY)
+    if last is None:
+        return None
+    return max(0.0, (clock.now_ms() - int(last)) / 1000)
+
+
+IDEMPOTENCY_TTL = dt.timedelta(hours=24)
+
+
+def idempotency_prune() -> int:
+    cutoff = clock.now() - IDEMPOTENCY_TTL
+    deleted, _ = IdempotencyResult.objects.filter(created_at__lt=cutoff).delete()
+    return deleted
+
+
+def lifecycle_record(*, kind: str, conversation_id: str = "", payload: dict) -> LifecycleEvent:
+    """Record a lifecycle event in the caller's transaction (the outbox of spec 03)."""
+    return LifecycleEvent.objects.create(kind=kind, conversation_id=conversation_id,
+                                         payload=payload)
