@@ -17,4 +17,6 @@ urlpatterns = [
     path("v1/auth/tokens", core_api.TokenListCreateApi.as_view(), name="tokens"),
     path("v1/auth/tokens/<int:token_id>", core_api.TokenRevokeApi.as_view(), name="token-revoke"),
     path("v1/", include("conversations.urls")),
+    path("v1/", include("extensions_host.urls")),
+    path("v1/", include("artifacts.urls")),
 ]
