@@ -20,3 +20,7 @@ urlpatterns = [
     path("v1/", include("extensions_host.urls")),
     path("v1/", include("artifacts.urls")),
 ]
+
+handler400 = "core.views.bad_request"
+handler404 = "core.views.not_found"
+handler500 = "core.views.server_error"

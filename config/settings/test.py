@@ -1,4 +1,5 @@
-"""Test settings: fast hashing, local-memory cache, eager nothing (tests drive tasks directly)."""
+"""Test settings: fast hashing, local-memory cache, file-backed SQLite so real worker processes
+started by integration tests share the test database."""
 
 from __future__ import annotations
 
@@ -7,12 +8,19 @@ import os
 os.environ.setdefault("HOST_AUTO_ADMIT", "true")
 
 from config.settings.base import *  # noqa: E402, F403
+from config.settings.base import DATABASES, REST_FRAMEWORK, VAR_DIR  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 HOST_API_TOKEN = ["test-service-token", "test-service-token-next"]
 HOST_WRITE_RATE = "100000/min"
-REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] = {"writes": HOST_WRITE_RATE}  # noqa: F405
-# Tests use their own broker/tasks; never let a stray enqueue touch a real broker.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "memory://")
-CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] = {"writes": HOST_WRITE_RATE}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # one file per test process (parallel runs never share it); removed when the run ends
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+# A stray enqueue from a unit test must never reach a real broker; integration tests that start
+# real workers pass CELERY_BROKER_URL explicitly to both sides.
+if "CELERY_BROKER_URL" not in os.environ:
+    CELERY_BROKER_URL = "memory://"
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
