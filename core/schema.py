@@ -35,3 +35,47 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
         code: OpenApiResponse(response=ErrorSerializer, description=_DESCRIPTIONS.get(code, ""))
         for code in statuses
     }
+
+
+# --- Authentication schemes, so the schema documents how to authenticate ----------------------
+from drf_spectacular.extensions import OpenApiAuthenticationExtension  # noqa: E402
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "core.auth.ApiTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {"type": "http", "scheme": "bearer",
+                "description": "A per-user API token or a service token (HOST_API_TOKEN)."}
+
+
+class ServiceTokenScheme(BearerTokenScheme):
+    target_class = "core.auth.ServiceTokenAuthentication"
+    name = "serviceToken"
+
+
+class SessionScheme(OpenApiAuthenticationExtension):
+    target_class = "core.auth.SessionPrincipalAuthentication"
+    name = "cookieAuth"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {"type": "apiKey", "in": "cookie", "name": "sessionid"}
+
+
+class ProxyScheme(OpenApiAuthenticationExtension):
+    target_class = "core.auth.ProxyAuthentication"
+    name = "forwardAuth"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {"type": "apiKey", "in": "header", "name": "X-Forwarded-User",
+                "description": "Only from HOST_TRUSTED_PROXIES with HOST_PROXY_AUTH=true."}
+
+
+class NoAuthScheme(OpenApiAuthenticationExtension):
+    target_class = "core.auth.NoAuthDevelopmentAuthentication"
+    name = "developmentNoAuth"
+
+    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+        return {"type": "http", "scheme": "bearer",
+                "description": "HOST_AUTH=none (local development only): no credentials."}

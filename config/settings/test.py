@@ -19,8 +19,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # one file per test process (parallel runs never share it); removed when the run ends
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
-# A stray enqueue from a unit test must never reach a real broker; integration tests that start
-# real workers pass CELERY_BROKER_URL explicitly to both sides.
-if "CELERY_BROKER_URL" not in os.environ:
-    CELERY_BROKER_URL = "memory://"
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+# A stray enqueue from a unit test never reaches a real broker. Integration tests that start
+# real workers read TEST_BROKER_URL (Redis in CI; a temporary filesystem broker otherwise) and
+# configure both sides themselves.
+CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}

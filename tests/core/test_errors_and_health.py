@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from core import services
+from core.errors import HostError, bound_text
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("cause", "status"),
+    [("invalid", 400), ("unauthenticated", 401), ("forbidden", 403), ("not_found", 404),
+     ("conflict", 409), ("closed", 409), ("too_large", 413), ("rejected", 422),
+     ("throttled", 429), ("unavailable", 503)],
+)
+def test_the_status_follows_the_cause(cause, status):
+    assert HostError("contract", cause, "m").status == status
+
+
+def test_runtime_closed_means_shutting_down_and_is_503():
+    assert HostError("runtime", "closed", "Host is shutting down").status == 503
+    assert HostError("contract", "closed", "Conversation is archived").status == 409
+
+
+def test_reasons_are_bounded_with_an_ellipsis():
+    assert bound_text("x" * 600, 512) == "x" * 511 + "…"
+    assert len(bound_text("x" * 600, 512)) == 512
+    assert bound_text("short", 512) == "short"
+
+
+def test_malformed_json_is_a_400_in_the_error_model(api, owner):
+    response = api(owner).post("/v1/auth/tokens", data="{not json", content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["category"] == "contract"
+    assert response.json()["error"]["cause"] == "invalid"
+
+
+def test_wrong_types_are_a_400_with_field_details(api, owner):
+    response = api(owner).post("/v1/auth/tokens", {"scope": ["write"]}, format="json")
+    assert response.status_code == 400
+    assert "scope" in response.json()["error"]["details"]
+
+
+def test_a_body_over_the_limit_is_413_before_parsing(api, owner, settings):
+    settings.HOST_MAX_BODY_BYTES = 2048
+    body = '{"name": "' + "x" * 2048 + '"}'
+    response = api(owner).post("/v1/auth/tokens", data=body, content_type="application/json")
+    assert response.status_code == 413
+    assert response.json()["error"] == {"category": "limit", "cause": "too_large",
+                                        "message": "Request body is too large"}
+
+
+def test_unknown_api_paths_answer_404_in_the_error_model():
+    response = APIClient().get("/v1/no-such-thing")
+    assert response.status_code == 404
+    assert response.json()["error"]["cause"] == "not_found"
+
+
+def test_readyz_is_not_ready_until_beat_ticks_and_again_when_it_goes_quiet(fake_clock, settings):
+    settings.BEAT_STALE_SECONDS = 60
+    from django.core.cache import cache
+
+    cache.delete(services.BEAT_KEY)
+    client = APIClient()
+    first = client.get("/readyz")
+    assert first.status_code == 503
+    assert first.json()["checks"]["beat"] is False
+    services.beat_tick()
+    ready = client.get("/readyz")
+    assert ready.json()["checks"]["beat"] is True
+    assert ready.json()["checks"]["database"] is True
+    fake_clock.advance(seconds=61)
+    stale = client.get("/readyz")
+    assert stale.status_code == 503
+    assert stale.json()["checks"]["beat"] is False
+
+
+def test_the_openapi_schema_is_served():
+    response = APIClient().get("/v1/schema", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
