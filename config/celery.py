@@ -29,4 +29,6 @@ app.conf.beat_schedule = {
     "retention": {"task": "conversations.tasks.retention_sweep", "schedule": 24 * 3600.0},
     # Drop stored idempotency results older than 24 hours.
     "prune": {"task": "core.tasks.prune", "schedule": 3600.0},
+    # Resume stopped extensions whose auto-resume backoff (1, 5, 30 min) has passed.
+    "auto-resume": {"task": "extensions_host.tasks.auto_resume_sweep", "schedule": 30.0},
 }

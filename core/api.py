@@ -13,11 +13,10 @@ from rest_framework.views import APIView
 from core import services
 from core.api_base import StrictSerializer
 from core.auth import principal_of
+from core.errors import MSG_FORBIDDEN, HostError
 from core.models import ApiToken, TokenScope
 from core.permissions import Authenticated, Public
-from core.errors import MSG_FORBIDDEN, HostError
 from core.schema import error_responses
-
 
 SCOPE_RANK = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
 
@@ -25,8 +24,16 @@ SCOPE_RANK = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
 class TokenOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "scope", "expires_at", "revoked_at", "last_used_at",
-                  "created_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scope",
+            "expires_at",
+            "revoked_at",
+            "last_used_at",
+            "created_at",
+        ]
 
 
 class TokenListCreateApi(APIView):
@@ -58,9 +65,10 @@ class TokenListCreateApi(APIView):
         data.is_valid(raise_exception=True)
         principal = principal_of(request)
         # a token can never mint a token wider than itself
-        if principal.method == "token" and SCOPE_RANK[data.validated_data["scope"]] > SCOPE_RANK[
-            principal.scope
-        ]:
+        if (
+            principal.method == "token"
+            and SCOPE_RANK[data.validated_data["scope"]] > SCOPE_RANK[principal.scope]
+        ):
             raise HostError("auth", "forbidden", MSG_FORBIDDEN)
         token, raw = services.token_create(user=principal.user, **data.validated_data)
         body = TokenOutputSerializer(token).data | {"token": raw}
@@ -93,15 +101,22 @@ class ReadyzApi(APIView):
     permission_classes = [Public]
     authentication_classes: list = []
 
-    @extend_schema(responses={200: OpenApiResponse(description="ready"),
-                              503: OpenApiResponse(description="not ready")})
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(description="ready"),
+            503: OpenApiResponse(description="not ready"),
+        }
+    )
     def get(self, request: Request) -> Response:
         checks = {"database": _database_ok(), "broker": _broker_ok()}
         age = services.beat_age_seconds()
         checks["beat"] = age is not None and age <= settings.BEAT_STALE_SECONDS
         ready = all(checks.values())
-        body = {"status": "ready" if ready else "not_ready", "checks": checks,
-                "beat_age_seconds": age}
+        body = {
+            "status": "ready" if ready else "not_ready",
+            "checks": checks,
+            "beat_age_seconds": age,
+        }
         return Response(body, status=200 if ready else 503)
 
 
@@ -123,4 +138,3 @@ def _broker_ok() -> bool:
         return True
     except Exception:
         return False
-

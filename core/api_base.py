@@ -18,7 +18,9 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise HostError(
-                    "contract", "invalid", MSG_UNKNOWN_FIELDS,
+                    "contract",
+                    "invalid",
+                    MSG_UNKNOWN_FIELDS,
                     details={field: ["Unknown field."] for field in unknown},
                 )
         return super().to_internal_value(data)

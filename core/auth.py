@@ -25,7 +25,7 @@ from core.models import ApiToken, TokenScope
 
 SERVICE_USERNAME = "hyphae-service"
 DEV_USERNAME = "dev"
-TOKEN_PREFIX = "hy_"
+TOKEN_PREFIX = "hy_"  # noqa: S105  (a public prefix, not a secret)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,12 @@ class Principal:
 
 
 ANONYMOUS = Principal(
-    user=AnonymousUser(), name="", email="", admin=False, service=False, method="anonymous",
+    user=AnonymousUser(),
+    name="",
+    email="",
+    admin=False,
+    service=False,
+    method="anonymous",
     scope=TokenScope.READ,
 )
 
@@ -122,7 +127,12 @@ class ServiceTokenAuthentication(_Authentication):
             return None
         user = service_user()
         principal = Principal(
-            user=user, name="service", email="", admin=True, service=True, method="service",
+            user=user,
+            name="service",
+            email="",
+            admin=True,
+            service=True,
+            method="service",
             scope=TokenScope.RUNTIME,
         )
         return user, principal
@@ -184,8 +194,12 @@ class ProxyAuthentication(_Authentication):
             raise exceptions.AuthenticationFailed()
         admin = settings.HOST_PROXY_ADMIN_GROUP in groups or user.is_staff
         principal = Principal(
-            user=user, name=name or username, email=email or user.email, admin=admin,
-            service=False, method="proxy",
+            user=user,
+            name=name or username,
+            email=email or user.email,
+            admin=admin,
+            service=False,
+            method="proxy",
         )
         return user, principal
 

@@ -86,8 +86,10 @@ class BodyLimitMiddleware:
 
 def json_error(error: HostError) -> JsonResponse:
     """Render a HostError outside DRF (plain Django views, middleware)."""
-    response = JsonResponse(error.body(), status=error.status, )
+    response = JsonResponse(
+        error.body(),
+        status=error.status,
+    )
     if error.retry_after is not None:
         response["Retry-After"] = str(error.retry_after)
     return response
-

@@ -75,6 +75,9 @@ class IdempotencyResult(models.Model):
             models.UniqueConstraint(fields=["scope", "key"], name="idempotency_scope_key_unique")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key}"
+
 
 class LifecycleEvent(models.Model):
     """The lifecycle outbox: written in the same transaction as the change that caused it,

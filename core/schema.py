@@ -22,9 +22,16 @@ class ErrorSerializer(serializers.Serializer):
 
 
 _DESCRIPTIONS = {
-    400: "invalid input", 401: "unauthenticated", 403: "forbidden", 404: "not found",
-    405: "method not allowed", 409: "conflict or closed", 413: "body too large",
-    415: "unsupported media type", 422: "rejected", 429: "throttled",
+    400: "invalid input",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not found",
+    405: "method not allowed",
+    409: "conflict or closed",
+    413: "body too large",
+    415: "unsupported media type",
+    422: "rejected",
+    429: "throttled",
     503: "unavailable",
 }
 
@@ -46,8 +53,11 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
-        return {"type": "http", "scheme": "bearer",
-                "description": "A per-user API token or a service token (HOST_API_TOKEN)."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A per-user API token or a service token (HOST_API_TOKEN).",
+        }
 
 
 class ServiceTokenScheme(BearerTokenScheme):
@@ -68,8 +78,12 @@ class ProxyScheme(OpenApiAuthenticationExtension):
     name = "forwardAuth"
 
     def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
-        return {"type": "apiKey", "in": "header", "name": "X-Forwarded-User",
-                "description": "Only from HOST_TRUSTED_PROXIES with HOST_PROXY_AUTH=true."}
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "X-Forwarded-User",
+            "description": "Only from HOST_TRUSTED_PROXIES with HOST_PROXY_AUTH=true.",
+        }
 
 
 class NoAuthScheme(OpenApiAuthenticationExtension):
@@ -77,5 +91,8 @@ class NoAuthScheme(OpenApiAuthenticationExtension):
     name = "developmentNoAuth"
 
     def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
-        return {"type": "http", "scheme": "bearer",
-                "description": "HOST_AUTH=none (local development only): no credentials."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "HOST_AUTH=none (local development only): no credentials.",
+        }

@@ -23,7 +23,9 @@ def token_create(
     """Create a token for `user`; returns the row and the raw token (shown once)."""
     if expires_at is not None and expires_at <= timezone.now():
         raise HostError(
-            "contract", "invalid", "Token expiry must be in the future",
+            "contract",
+            "invalid",
+            "Token expiry must be in the future",
             details={"expires_at": ["Must be in the future."]},
         )
     raw, prefix, digest = token_new()
@@ -52,8 +54,9 @@ def tokens_revoke_for_user(*, user_id: int) -> int:
 
 
 def audit_record(*, actor: str, action: str, target: str = "", detail: dict | None = None) -> None:
-    AuditEntry.objects.create(actor=actor[:150], action=action, target=target[:256],
-                              detail=detail or {})
+    AuditEntry.objects.create(
+        actor=actor[:150], action=action, target=target[:256], detail=detail or {}
+    )
 
 
 def beat_tick() -> None:
@@ -79,5 +82,6 @@ def idempotency_prune() -> int:
 
 def lifecycle_record(*, kind: str, conversation_id: str = "", payload: dict) -> LifecycleEvent:
     """Record a lifecycle event in the caller's transaction (the outbox of spec 03)."""
-    return LifecycleEvent.objects.create(kind=kind, conversation_id=conversation_id,
-                                         payload=payload)
+    return LifecycleEvent.objects.create(
+        kind=kind, conversation_id=conversation_id, payload=payload
+    )

@@ -60,5 +60,10 @@ def test_anonymous_requests_get_401_with_www_authenticate():
     response = APIClient().get("/v1/auth/tokens")
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == 'Bearer realm="hyphae"'
-    assert response.json() == {"error": {"category": "auth", "cause": "unauthenticated",
-                                         "message": "Authentication required"}}
+    assert response.json() == {
+        "error": {
+            "category": "auth",
+            "cause": "unauthenticated",
+            "message": "Authentication required",
+        }
+    }

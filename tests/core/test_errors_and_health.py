@@ -11,9 +11,18 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize(
     ("cause", "status"),
-    [("invalid", 400), ("unauthenticated", 401), ("forbidden", 403), ("not_found", 404),
-     ("conflict", 409), ("closed", 409), ("too_large", 413), ("rejected", 422),
-     ("throttled", 429), ("unavailable", 503)],
+    [
+        ("invalid", 400),
+        ("unauthenticated", 401),
+        ("forbidden", 403),
+        ("not_found", 404),
+        ("conflict", 409),
+        ("closed", 409),
+        ("too_large", 413),
+        ("rejected", 422),
+        ("throttled", 429),
+        ("unavailable", 503),
+    ],
 )
 def test_the_status_follows_the_cause(cause, status):
     assert HostError("contract", cause, "m").status == status
@@ -48,8 +57,11 @@ def test_a_body_over_the_limit_is_413_before_parsing(api, owner, settings):
     body = '{"name": "' + "x" * 2048 + '"}'
     response = api(owner).post("/v1/auth/tokens", data=body, content_type="application/json")
     assert response.status_code == 413
-    assert response.json()["error"] == {"category": "limit", "cause": "too_large",
-                                        "message": "Request body is too large"}
+    assert response.json()["error"] == {
+        "category": "limit",
+        "cause": "too_large",
+        "message": "Request body is too large",
+    }
 
 
 def test_unknown_api_paths_answer_404_in_the_error_model():

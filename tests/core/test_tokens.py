@@ -11,8 +11,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_created_token_authenticates_and_is_stored_only_as_a_digest(api, owner):
-    response = api(owner).post("/v1/auth/tokens", {"name": "laptop", "scope": "read"},
-                               format="json")
+    response = api(owner).post(
+        "/v1/auth/tokens", {"name": "laptop", "scope": "read"}, format="json"
+    )
     assert response.status_code == 201
     raw = response.json()["token"]
     row = ApiToken.objects.get(pk=response.json()["id"])
@@ -22,16 +23,21 @@ def test_a_created_token_authenticates_and_is_stored_only_as_a_digest(api, owner
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     listing = client.get("/v1/auth/tokens")
     assert listing.status_code == 200
-    assert [t["prefix"] for t in listing.json()] == [row.prefix, *[t.prefix for t in
-            ApiToken.objects.filter(user=owner).exclude(pk=row.pk)]]
+    assert [t["prefix"] for t in listing.json()] == [
+        row.prefix,
+        *[t.prefix for t in ApiToken.objects.filter(user=owner).exclude(pk=row.pk)],
+    ]
     assert "token" not in listing.json()[0]
 
 
 def test_a_read_token_cannot_write(api, owner):
     response = api(owner, scope="read").post("/v1/auth/tokens", {}, format="json")
     assert response.status_code == 403
-    assert response.json()["error"] == {"category": "auth", "cause": "forbidden",
-                                        "message": "Not allowed"}
+    assert response.json()["error"] == {
+        "category": "auth",
+        "cause": "forbidden",
+        "message": "Not allowed",
+    }
 
 
 def test_a_revoked_or_expired_token_is_refused_with_401(api, owner):
@@ -43,7 +49,8 @@ def test_a_revoked_or_expired_token_is_refused_with_401(api, owner):
     assert response["WWW-Authenticate"].startswith("Bearer")
     client2 = api(owner)
     ApiToken.objects.filter(revoked_at__isnull=True).update(
-        expires_at=timezone.now() - dt.timedelta(seconds=1))
+        expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
     assert client2.get("/v1/auth/tokens").status_code == 401
 
 

@@ -59,8 +59,9 @@ class Broker:
 def broker(tmp_path) -> Iterator[Broker]:
     url = os.environ.get("TEST_BROKER_URL", "")
     if url:
-        broker = Broker(url=url, transport_options={"visibility_timeout": 3600},
-                        env={"CELERY_BROKER_URL": url})
+        broker = Broker(
+            url=url, transport_options={"visibility_timeout": 3600}, env={"CELERY_BROKER_URL": url}
+        )
         if url.startswith("redis"):
             import redis
 
@@ -72,8 +73,13 @@ def broker(tmp_path) -> Iterator[Broker]:
         processed.mkdir(parents=True)
         broker = Broker(
             url="filesystem://",
-            transport_options={"data_folder_in": str(queue), "data_folder_out": str(queue),
-                               "processed_folder": str(processed), "store_processed": False},
+            transport_options={
+                "data_folder_in": str(queue),
+                "data_folder_out": str(queue),
+                "processed_folder": str(processed),
+                "store_processed": False,
+                "control_folder": str(var / "broker" / "control"),
+            },
             env={"CELERY_BROKER_URL": "filesystem://", "HOST_VAR_DIR": str(var)},
         )
     previous = (celery_app.conf.broker_url, celery_app.conf.broker_transport_options)
@@ -111,26 +117,58 @@ class Processes:
         return env
 
     def start(self, name: str, args: list[str], **env: str) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")
         proc = subprocess.Popen(
-            args, cwd=ROOT, env=self.env(**env), stdout=log, stderr=subprocess.STDOUT,
+            args,
+            cwd=ROOT,
+            env=self.env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.procs.append(proc)
         return proc
 
     def worker(self, *, concurrency: int = 2, **env: str) -> subprocess.Popen:
-        return self.start("worker", [
-            sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
-            "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip",
-            "--without-mingle", "--without-heartbeat",
-        ], **env)
+        return self.start(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            **env,
+        )
 
     def beat(self, schedule: Path, **env: str) -> subprocess.Popen:
-        return self.start("beat", [
-            sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-            "--schedule", str(schedule),
-        ], **env)
+        return self.start(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(schedule),
+            ],
+            **env,
+        )
 
     def logs(self) -> str:
         return "\n".join(

@@ -25,13 +25,22 @@ def free_port() -> int:
 def test_bootstrap_then_serve_gives_working_docs_admin_login_and_service_token(tmp_path):
     var = tmp_path / "var"
     env = {
-        "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HOST_VAR_DIR": str(var),
-        "DJANGO_SETTINGS_MODULE": "config.settings.base", "PYTHONUNBUFFERED": "1",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HOST_VAR_DIR": str(var),
+        "DJANGO_SETTINGS_MODULE": "config.settings.base",
+        "PYTHONUNBUFFERED": "1",
     }
 
     def manage(*args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -46,12 +55,24 @@ def test_bootstrap_then_serve_gives_working_docs_admin_login_and_service_token(t
     port = free_port()
     env["HOST_API_TOKEN"] = token
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
+
         def up():
             try:
                 return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
@@ -65,10 +86,16 @@ def test_bootstrap_then_serve_gives_working_docs_admin_login_and_service_token(t
         with httpx.Client(base_url=base, follow_redirects=True) as browser:
             login = browser.get("/admin/login/")
             csrf = browser.cookies["csrftoken"]
-            page = browser.post("/admin/login/?next=/admin/", data={
-                "username": "admin", "password": password, "csrfmiddlewaretoken": csrf,
-                "next": "/admin/",
-            }, headers={"Referer": f"{base}/admin/login/"})
+            page = browser.post(
+                "/admin/login/?next=/admin/",
+                data={
+                    "username": "admin",
+                    "password": password,
+                    "csrfmiddlewaretoken": csrf,
+                    "next": "/admin/",
+                },
+                headers={"Referer": f"{base}/admin/login/"},
+            )
             assert login.status_code == 200
             assert "Site administration" in page.text
 

@@ -35,7 +35,7 @@ class Command(BaseCommand):
         url = "http://127.0.0.1:8000"
         out = self.stdout
         out.write("")
-        out.write(self.style.SUCCESS("Hyphae is starting (embedded mode: SQLite + filesystem broker)"))
+        out.write(self.style.SUCCESS("Hyphae is starting (embedded: SQLite + filesystem broker)"))
         out.write(f"  API docs:      {url}/v1/docs")
         out.write(f"  Admin:         {url}/admin/")
         if password:
@@ -46,7 +46,9 @@ class Command(BaseCommand):
                 f"(reset: .venv/bin/python manage.py changepassword {ADMIN_USERNAME})"
             )
         out.write(f"  Service token: {token}")
-        out.write(f"  Try:           curl -H 'Authorization: Bearer {token}' {url}/v1/conversations")
+        out.write(
+            f"  Try:           curl -H 'Authorization: Bearer {token}' {url}/v1/conversations"
+        )
         out.write(f"  Inspector:     {url}/inspect/demo")
         out.write("")
 
@@ -75,6 +77,9 @@ class Command(BaseCommand):
 
         admin = get_user_model().objects.get(username=ADMIN_USERNAME)
         services.conversation_create(
-            owner=admin, conversation_id="demo", name="Demo conversation", source="web",
+            owner=admin,
+            conversation_id="demo",
+            name="Demo conversation",
+            source="web",
             sharing="private",
         )

@@ -1,0 +1,54 @@
+"""The runtime: the one place any extension hook is invoked (frames, locks, deadlines, stop
+rules, observation). Read `frames.py` first, then `context.py` (guards) and `stops.py`."""
+
+from __future__ import annotations
+
+from extensions_host.runtime.context import (
+    HookContext,
+    register_capability,
+    require_grant,
+    require_read,
+    require_write,
+)
+from extensions_host.runtime.current import Frame, InvalidResult, current_frame
+from extensions_host.runtime.frames import (
+    FrameOutcome,
+    FramePage,
+    detached_context,
+    forget_activations,
+    frame_page,
+    observation_listeners,
+    run_frame,
+    run_page,
+)
+from extensions_host.runtime.stops import (
+    StopRecord,
+    extension_stop,
+    missing_handler_reason,
+    secret_sources,
+    stop_listeners,
+)
+
+__all__ = [
+    "Frame",
+    "FrameOutcome",
+    "FramePage",
+    "HookContext",
+    "InvalidResult",
+    "StopRecord",
+    "current_frame",
+    "detached_context",
+    "extension_stop",
+    "forget_activations",
+    "frame_page",
+    "missing_handler_reason",
+    "observation_listeners",
+    "register_capability",
+    "require_grant",
+    "require_read",
+    "require_write",
+    "run_frame",
+    "run_page",
+    "secret_sources",
+    "stop_listeners",
+]

@@ -1,0 +1,73 @@
+"""Hook deadlines: SIGALRM on a main thread, `statement_timeout` in PostgreSQL, and the elapsed
+check (done by the frame when the hook returns) everywhere else.
+
+The SIGALRM handler raises `HookDeadline`, a `BaseException`, so an extension's
+`except Exception` around a slow call cannot swallow it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connection
+
+from extensions_host.runtime.current import Frame, HookDeadline
+
+MAX_DEADLINE_SECONDS = 300.0
+MIN_DEADLINE_SECONDS = 0.001
+
+
+def default_deadline(boundary: str) -> float:
+    """5 s in a request, 30 s in a worker (settings), never above 300 s."""
+    ms = (
+        settings.HOST_HOOK_DEADLINE_WORKER_MS
+        if boundary == "worker"
+        else (settings.HOST_HOOK_DEADLINE_REQUEST_MS)
+    )
+    return min(ms / 1000, MAX_DEADLINE_SECONDS)
+
+
+def alarm_usable() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def alarm(frame: Frame, seconds: float) -> Iterator[None]:
+    """Raise `HookDeadline` into the hook if it runs past `seconds` (main thread only; other
+    threads rely on the elapsed check)."""
+    if not alarm_usable():
+        yield
+        return
+
+    def on_alarm(signum: int, stack: object) -> None:
+        if frame.open:
+            raise HookDeadline(f"{frame.hook} exceeded its deadline")
+
+    previous_handler = signal.signal(signal.SIGALRM, on_alarm)
+    previous_delay, _ = signal.setitimer(signal.ITIMER_REAL, max(seconds, MIN_DEADLINE_SECONDS))
+    armed_at = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay:
+            # someone else's timer was running: give it back what is left of it
+            left = previous_delay - (time.monotonic() - armed_at)
+            signal.setitimer(signal.ITIMER_REAL, max(left, MIN_DEADLINE_SECONDS))
+
+
+def database_limits(seconds: float) -> None:
+    """Bound the database side of the current transaction (PostgreSQL): statements and lock
+    waits end with an error instead of outliving the hook's deadline."""
+    if connection.vendor != "postgresql":
+        return
+    ms = max(int(seconds * 1000), 1)
+    with connection.cursor() as cursor:
+        # one round trip; integers formatted by us (SET does not take bind parameters)
+        cursor.execute(f"SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}")

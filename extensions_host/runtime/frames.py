@@ -1,0 +1,596 @@
+"""Frames: the one place a hook of an extension is invoked.
+
+`run_frame` runs one hook of one extension inside a host-owned transaction — its own
+(`atomic(durable=True)`) or a savepoint of a shared page (`FramePage`, group commit) — with:
+
+1. the roster row taken `FOR SHARE` and checked: `running`, and the revision this process
+   loaded (a process whose code has another revision runs none of the extension's hooks);
+   a stop takes the row `FOR UPDATE`, so it waits for frames in flight and none starts after;
+2. host bookkeeping before (`prepare`) and after (`finish`) the hook, in the same transaction;
+3. per-process, read-only `activate` when the revision or activation epoch moved;
+4. the deadline (SIGALRM on a main thread, `statement_timeout`, the elapsed check);
+5. the stop rules: which exceptions stop the extension (`failures="stop"` for background hooks:
+   anything but `Retry`; `failures="return"` for commands, routes, `transact`, `update`: typed
+   SDK errors go back to the caller), async crossings, invalid results, guard defects;
+6. host-transient database errors (deadlock, serialization, lock timeout, lost connection):
+   the frame is retried from the start with backoff, never a stop;
+7. on success: usage deltas, version bumps of observed conversations, watchers after commit.
+
+A failed frame is rolled back first; the stop is then recorded in its own transaction, or, in
+a page, in the page's transaction (so it commits with the page).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F
+
+from conversations.models import Conversation
+from extensions_host import registry
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.registry import LoadedExtension
+from extensions_host.runtime import deadlines
+from extensions_host.runtime.context import HookContext
+from extensions_host.runtime.current import (
+    Frame,
+    FrameDefect,
+    FrameMode,
+    HookDeadline,
+    HostTransient,
+    InvalidResult,
+    TransientDatabaseError,
+    _current,
+    current_frame,
+)
+from extensions_host.runtime.stops import (
+    async_reason,
+    deadline_reason,
+    exception_message,
+    extension_stop,
+    reason_for,
+)
+from extensions_host.runtime.transient import (
+    is_statement_timeout,
+    is_transient,
+    with_transient_retries,
+)
+from extensions_host.sdk import Caller, ExtensionStop, Retry, SdkError, StateError
+from extensions_host.services.quotas import usage_flush
+from extensions_host.services.recovery import retry_limit
+
+T = TypeVar("T")
+Failures = Literal["stop", "return"]
+Boundary = Literal["request", "worker"]
+Status = Literal["ok", "skipped", "stopped", "failed", "retry"]
+Skip = Literal["", "missing", "uninstalled", "stopped", "revision", "prepare"]
+
+MSG_UPDATE_UNAVAILABLE = "Extension state update is unavailable"
+MSG_TRANSACT_UNAVAILABLE = "Extension transaction is unavailable"
+
+# Called after a frame commits with the conversations it touched (live updates subscribe).
+observation_listeners: list[Callable[[frozenset[str]], None]] = []
+
+
+@dataclass(frozen=True)
+class FrameOutcome:
+    """What happened to one frame.
+
+    - `ok`: committed; `value` is the hook's (validated) result.
+    - `skipped`: the hook did not run (`skip` says why; `reason` is the stored stop reason).
+    - `stopped`: rolled back and the extension stopped with `reason`.
+    - `failed`: rolled back; `error` is the typed SDK error for the caller (commands, …).
+    - `retry`: rolled back on `Retry`; offer the item again after `retry_after` seconds.
+    """
+
+    status: Status
+    value: Any = None
+    error: SdkError | None = None
+    reason: str = ""
+    skip: Skip = ""
+    retry_after: float | None = None
+    elapsed_s: float = 0.0
+    hook: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class FramePage:
+    """One outer transaction shared by several frames (group commit, spec 03).
+
+    Each frame runs in a savepoint; a failing frame rolls back only its savepoint and its stop
+    is written into the page's transaction; later frames of a stopped extension in the page are
+    skipped. The page's frames share one time limit, and the roster rows they took `FOR SHARE`
+    are held until the page commits.
+    """
+
+    def __init__(self, *, boundary: Boundary, time_limit_s: float) -> None:
+        self.boundary = boundary
+        self.deadline_at = time.monotonic() + time_limit_s
+        self.stopped: set[str] = set()
+
+    def remaining(self) -> float:
+        return max(self.deadline_at - time.monotonic(), deadlines.MIN_DEADLINE_SECONDS)
+
+
+@contextmanager
+def frame_page(
+    *, boundary: Boundary = "worker", time_limit_s: float | None = None
+) -> Iterator[FramePage]:
+    """Open a page: one durable transaction for several frames."""
+    limit = time_limit_s if time_limit_s is not None else deadlines.default_deadline(boundary)
+    with transaction.atomic(durable=True):
+        page = FramePage(boundary=boundary, time_limit_s=limit)
+        deadlines.database_limits(limit)
+        yield page
+
+
+def run_page(
+    fn: Callable[[FramePage], T],
+    *,
+    boundary: Boundary = "worker",
+    time_limit_s: float | None = None,
+) -> T:
+    """Run `fn(page)` in a page, again from the start after a host-transient database error."""
+
+    def attempt() -> T:
+        with frame_page(boundary=boundary, time_limit_s=time_limit_s) as page:
+            return fn(page)
+
+    return with_transient_retries(attempt)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    kind: Literal["stop", "typed", "retry", "transient"]
+    hook: str
+    reason: str = ""
+    cause: BaseException | None = None
+    error: SdkError | None = None
+    retry_after: float | None = None
+
+
+class _Rollback(Exception):
+    def __init__(self, failure: _Failure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+def run_frame(
+    *,
+    extension_id: str,
+    hook: str,
+    call: Callable[[HookContext], Any],
+    mode: FrameMode = "write",
+    failures: Failures = "stop",
+    boundary: Boundary = "request",
+    deadline_s: float | None = None,
+    page: FramePage | None = None,
+    prepare: Callable[[], bool | None] | None = None,
+    finish: Callable[[Any], None] | None = None,
+    validate: Callable[[Any], Any] | None = None,
+    observe: Iterable[str] = (),
+    retry_attempt: int = 0,
+    caller: Caller | None = None,
+) -> FrameOutcome:
+    """Run `call(ctx)` — which calls the extension's hook — in a frame (see module docstring).
+
+    `prepare()` runs first in the frame (return False to skip the hook: e.g. a timer re-set
+    meanwhile); `validate(result)` checks/encodes the result (raise `InvalidResult` → stop);
+    `finish(result)` is host bookkeeping committed with the hook's effects. `retry_attempt` is
+    how many times this item already asked to `Retry` (past the bound it counts as a defect).
+    """
+    loaded = registry.get(extension_id)
+    if loaded is None:
+        return FrameOutcome(
+            status="skipped", skip="missing", hook=hook, reason="Extension is not installed"
+        )
+    if page is not None and extension_id in page.stopped:
+        return FrameOutcome(status="skipped", skip="stopped", hook=hook)
+
+    def attempt() -> FrameOutcome:
+        return _attempt(
+            loaded=loaded,
+            hook=hook,
+            call=call,
+            mode=mode,
+            failures=failures,
+            boundary=boundary,
+            deadline_s=deadline_s,
+            page=page,
+            prepare=prepare,
+            finish=finish,
+            validate=validate,
+            observe=observe,
+            retry_attempt=retry_attempt,
+            caller=caller,
+        )
+
+    if page is not None:
+        return attempt()  # a transient error fails the whole page; its owner retries it
+    return with_transient_retries(attempt)
+
+
+def _attempt(
+    *,
+    loaded: LoadedExtension,
+    hook: str,
+    call: Callable[[HookContext], Any],
+    mode: FrameMode,
+    failures: Failures,
+    boundary: Boundary,
+    deadline_s: float | None,
+    page: FramePage | None,
+    prepare: Callable[[], bool | None] | None,
+    finish: Callable[[Any], None] | None,
+    validate: Callable[[Any], Any] | None,
+    observe: Iterable[str],
+    retry_attempt: int,
+    caller: Caller | None,
+) -> FrameOutcome:
+    started = time.monotonic()
+    try:
+        with _frame_transaction(page):
+            # bound the wait for the roster row too (a sync or a stop may hold it FOR UPDATE)
+            provisional = _deadline(None, loaded, boundary, deadline_s, page)
+            deadlines.database_limits(provisional)
+            row = _lock_roster_row(loaded.id)
+            skipped = _skip(row, loaded, hook)
+            if skipped is not None:
+                return skipped
+            assert row is not None
+            if prepare is not None and prepare() is False:
+                return FrameOutcome(status="skipped", skip="prepare", hook=hook)
+            limit = _deadline(row, loaded, boundary, deadline_s, page)
+            if limit != provisional:  # a staff override on the row
+                deadlines.database_limits(limit)
+            grants = frozenset(row.admitted_grants)
+            failure = _ensure_activated(loaded, row, grants, limit, page)
+            if failure is not None:
+                raise _Rollback(failure)
+            frame = Frame(
+                extension_id=loaded.id,
+                revision=loaded.revision,
+                hook=hook,
+                mode=mode,
+                grants=grants,
+                quotas=dict(row.quotas or {}),
+                deadline_s=limit,
+                page=page,
+                observed=set(observe),
+            )
+            ctx = HookContext(loaded=loaded, hook=hook, grants=grants, frame=frame, caller=caller)
+            result, failure = _invoke(frame, ctx, call, validate, failures, retry_attempt)
+            if failure is not None:
+                raise _Rollback(failure)
+            _commit_bookkeeping(frame)
+            if finish is not None:
+                finish(result)
+            if page is not None:
+                deadlines.database_limits(page.remaining())
+            return FrameOutcome(
+                status="ok", value=result, hook=hook, elapsed_s=time.monotonic() - started
+            )
+    except _Rollback as rollback:
+        failure = rollback.failure
+    except DatabaseError as exc:
+        # host-side database trouble (the row lock, bookkeeping, the commit): never a stop
+        if is_transient(exc):
+            raise TransientDatabaseError(str(exc)) from exc
+        raise
+    return _after_rollback(loaded, failure, page, time.monotonic() - started)
+
+
+def _after_rollback(
+    loaded: LoadedExtension, failure: _Failure, page: FramePage | None, elapsed: float
+) -> FrameOutcome:
+    if failure.kind == "transient":
+        raise TransientDatabaseError(failure.reason) from failure.cause
+    if failure.kind == "typed":
+        return FrameOutcome(
+            status="failed",
+            error=failure.error,
+            hook=failure.hook,
+            reason=failure.reason,
+            elapsed_s=elapsed,
+        )
+    if failure.kind == "retry":
+        return FrameOutcome(
+            status="retry",
+            retry_after=failure.retry_after,
+            hook=failure.hook,
+            reason=failure.reason,
+            elapsed_s=elapsed,
+        )
+    stop = extension_stop(
+        extension_id=loaded.id,
+        hook=failure.hook,
+        reason=failure.reason,
+        cause=failure.cause,
+        revision=loaded.revision,
+        enclosing=page is not None,
+    )
+    if page is not None:
+        page.stopped.add(loaded.id)
+    return FrameOutcome(status="stopped", reason=stop.reason, hook=failure.hook, elapsed_s=elapsed)
+
+
+@contextmanager
+def _frame_transaction(page: FramePage | None) -> Iterator[None]:
+    if page is None:
+        with transaction.atomic(durable=True):
+            yield
+    else:
+        with transaction.atomic():  # a savepoint of the page's transaction
+            yield
+
+
+def _lock_roster_row(extension_id: str) -> RosterEntry | None:
+    """The roster row, `FOR SHARE` on PostgreSQL (SQLite's IMMEDIATE transactions already
+    exclude every other writer)."""
+    if connection.vendor == "postgresql":
+        table = RosterEntry._meta.db_table
+        rows = RosterEntry.objects.raw(
+            f'SELECT * FROM "{table}" WHERE "id" = %s FOR SHARE',  # noqa: S608 (our table name)
+            [extension_id],
+        )
+        return next(iter(rows), None)
+    return RosterEntry.objects.filter(pk=extension_id).first()
+
+
+def _skip(row: RosterEntry | None, loaded: LoadedExtension, hook: str) -> FrameOutcome | None:
+    if row is None:
+        return FrameOutcome(
+            status="skipped", skip="missing", hook=hook, reason="Extension is not in the roster"
+        )
+    if row.status == ExtensionStatus.UNINSTALLED:
+        return FrameOutcome(
+            status="skipped", skip="uninstalled", hook=hook, reason="Extension is uninstalled"
+        )
+    if row.status == ExtensionStatus.STOPPED:
+        return FrameOutcome(status="skipped", skip="stopped", hook=hook, reason=row.reason)
+    if row.revision != loaded.revision:
+        # mixed versions during a rolling deploy: wait for the roster or this process
+        return FrameOutcome(
+            status="skipped",
+            skip="revision",
+            hook=hook,
+            reason="Extension revision is not the one this process runs",
+        )
+    return None
+
+
+def _deadline(
+    row: RosterEntry | None,
+    loaded: LoadedExtension,
+    boundary: Boundary,
+    explicit: float | None,
+    page: FramePage | None,
+) -> float:
+    if explicit is not None:
+        limit = explicit
+    elif row is not None and row.deadline_seconds:
+        limit = row.deadline_seconds
+    elif loaded.definition.deadline_s:
+        limit = loaded.definition.deadline_s
+    else:
+        limit = deadlines.default_deadline(boundary)
+    limit = min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)
+    return min(limit, page.remaining()) if page is not None else limit
+
+
+def _invoke(
+    frame: Frame,
+    ctx: HookContext,
+    call: Callable[[HookContext], Any],
+    validate: Callable[[Any], Any] | None,
+    failures: Failures,
+    retry_attempt: int,
+) -> tuple[Any, _Failure | None]:
+    """Call the hook with the frame current and the deadline armed; classify what happened."""
+    token = _current.set(frame)
+    try:
+        with deadlines.alarm(frame, frame.deadline_s):
+            result = call(ctx)
+            if inspect.isawaitable(result):
+                _discard(result)
+                return None, _Failure("stop", frame.hook, async_reason(frame.hook))
+            if validate is not None:
+                result = validate(result)
+    except BaseException as exc:
+        return None, _classify(frame, exc, failures, retry_attempt)
+    finally:
+        frame.open = False
+        _current.reset(token)
+    # The hook returned: a swallowed defect or store error, or a late return, still count.
+    if frame.defect is not None:
+        return None, _Failure("stop", frame.hook, f"{frame.hook} defect: {frame.defect}")
+    if frame.poisoned is not None:
+        poisoned = frame.poisoned
+        if isinstance(poisoned, DatabaseError) and not (
+            is_transient(poisoned) or is_statement_timeout(poisoned)
+        ):
+            # the hook swallowed a store failure; the transaction cannot commit
+            poisoned = StateError("unavailable", "Extension state is unavailable")
+        return None, _classify(frame, poisoned, "stop", retry_attempt)
+    if frame.elapsed() > frame.deadline_s:
+        return None, _Failure("stop", frame.hook, deadline_reason(frame.hook))
+    return result, None
+
+
+def _classify(frame: Frame, exc: BaseException, failures: Failures, retry_attempt: int) -> _Failure:
+    hook = frame.hook
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc  # the operator, not the extension
+    if frame.defect is not None:
+        return _Failure("stop", hook, f"{hook} defect: {frame.defect}", cause=exc)
+    if (
+        isinstance(exc, HookDeadline)
+        or is_statement_timeout(exc)
+        or type(exc).__name__ == "SoftTimeLimitExceeded"
+        or frame.elapsed() > frame.deadline_s
+    ):
+        return _Failure("stop", hook, deadline_reason(hook), cause=exc)
+    if isinstance(exc, HostTransient) or is_transient(exc):
+        return _Failure("transient", hook, exception_message(exc), cause=exc)
+    if isinstance(exc, FrameDefect | InvalidResult):
+        return _Failure("stop", hook, f"{hook} defect: {exception_message(exc)}", cause=exc)
+    if isinstance(exc, ExtensionStop):
+        return _Failure("stop", hook, exc.reason, cause=exc)
+    if isinstance(exc, Retry):
+        limit = retry_limit()
+        if retry_attempt >= limit:
+            return _Failure(
+                "stop", hook, f"{hook} defect: retried {limit} times: {exc.reason}", cause=exc
+            )
+        return _Failure("retry", hook, exc.reason, cause=exc, retry_after=exc.after_seconds)
+    if isinstance(exc, SdkError):
+        if failures == "return":
+            return _Failure("typed", hook, exc.message, cause=exc, error=exc)
+        return _Failure("stop", hook, reason_for(hook, exc), cause=exc)
+    return _Failure("stop", hook, reason_for(hook, exc), cause=exc)
+
+
+def _discard(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()  # never awaited: no "coroutine was never awaited" warning, no side effects
+
+
+def _commit_bookkeeping(frame: Frame) -> None:
+    usage_flush(frame=frame)
+    touched = frozenset(frame.observed)
+    if not touched:
+        return
+    Conversation.objects.filter(pk__in=touched).update(version=F("version") + 1)
+
+    def notify() -> None:
+        for listener in observation_listeners:
+            listener(touched)
+
+    transaction.on_commit(notify)
+
+
+# --- per-process activation ------------------------------------------------------------------
+
+_activation_lock = threading.Lock()
+_activated: dict[str, tuple[str, int]] = {}
+
+
+def _ensure_activated(
+    loaded: LoadedExtension,
+    row: RosterEntry,
+    grants: frozenset[str],
+    limit: float,
+    page: FramePage | None,
+) -> _Failure | None:
+    """Run the read-only `activate(ctx)` when this process first uses the extension, and again
+    after it sees a resume or a new revision (the roster's activation epoch moved)."""
+    key = (loaded.revision, row.activation_epoch)
+    with _activation_lock:
+        if _activated.get(loaded.id) == key:
+            return None
+    fn = loaded.definition.hooks.single.get("activate")
+    if fn is not None:
+        frame = Frame(
+            extension_id=loaded.id,
+            revision=loaded.revision,
+            hook="activation",
+            mode="read",
+            grants=grants,
+            quotas={},
+            deadline_s=limit,
+            page=page,
+        )
+        ctx = HookContext(loaded=loaded, hook="activation", grants=grants, frame=frame)
+        _, failure = _invoke(frame, ctx, fn, None, "stop", 0)
+        if failure is not None:
+            return failure
+    with _activation_lock:
+        _activated[loaded.id] = key
+    return None
+
+
+def forget_activations() -> None:
+    """A process restart, as far as activation goes (tests, the author harness)."""
+    with _activation_lock:
+        _activated.clear()
+
+
+# --- ctx.update / ctx.transact ----------------------------------------------------------------
+
+
+def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
+    """`ctx.update(fn)`: a state-only frame from outside a hook. Refused (StateError
+    unavailable) while the extension is stopped or this thread is already in a frame (updating,
+    transacting, projecting). Typed failures are raised as they are; a defect stops the
+    extension and raises `ExtensionStop`."""
+    if current_frame() is not None:
+        raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
+    outcome = run_frame(
+        extension_id=ctx.extension_id,
+        hook="update",
+        call=fn,
+        mode="state",
+        failures="return",
+        caller=ctx.caller,
+    )
+    if outcome.status == "skipped":
+        raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
+    return _raise_or_value(outcome)
+
+
+def context_transact(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
+    """`ctx.transact(fn)`: a full frame from the extension's own code (route, worker, job).
+    A stopped extension's transact raises `ExtensionStop(reason)` at once."""
+    if current_frame() is not None:
+        raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
+    outcome = run_frame(
+        extension_id=ctx.extension_id,
+        hook="transact",
+        call=fn,
+        mode="write",
+        failures="return",
+        boundary="worker",
+        caller=ctx.caller,
+    )
+    if outcome.status == "skipped":
+        if outcome.skip == "stopped":
+            raise ExtensionStop(outcome.reason or "Extension is stopped")
+        raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
+    return _raise_or_value(outcome)
+
+
+def _raise_or_value(outcome: FrameOutcome) -> Any:
+    if outcome.status == "ok":
+        return outcome.value
+    if outcome.status == "failed" and outcome.error is not None:
+        raise outcome.error
+    if outcome.status == "retry":
+        raise Retry(outcome.retry_after or 1, outcome.reason)
+    raise ExtensionStop(outcome.reason)
+
+
+def detached_context(
+    *, extension_id: str, hook: str, caller: Caller | None = None
+) -> HookContext | None:
+    """A context for the extension's own code outside any hook (routes, workers, jobs): reads
+    work; writes go through `ctx.transact`/`ctx.update`. None when not installed here."""
+    loaded = registry.get(extension_id)
+    grants = (
+        RosterEntry.objects.filter(pk=extension_id)
+        .values_list("admitted_grants", flat=True)
+        .first()
+    )
+    if loaded is None or grants is None:
+        return None
+    return HookContext(loaded=loaded, hook=hook, grants=frozenset(grants), caller=caller)

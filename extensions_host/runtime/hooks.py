@@ -1,0 +1,147 @@
+"""Typed host methods, one per hook kind: each builds the call and its result check, and runs
+it through `run_frame` (later capabilities add theirs here: timers, settled, lifecycle, tools).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from extensions_host.registry import LoadedExtension
+from extensions_host.runtime.context import HookContext
+from extensions_host.runtime.current import InvalidResult
+from extensions_host.runtime.frames import FrameOutcome, run_frame
+from extensions_host.sdk import Caller, CatalogEntry, Command
+
+MSG_OUTPUT_INVALID = "Extension command output is invalid"
+MSG_RESULT_NOT_JSON = "Extension command result is not JSON"
+MSG_PROJECTION_INVALID = "Extension projection is invalid"
+MSG_CATALOG_INVALID = "Extension catalog is invalid"
+
+_ENCODE_ERRORS = (ValidationError, PydanticSerializationError, ValueError, TypeError)
+
+
+def command_hook_name(name: str) -> str:
+    return f"command {name}"
+
+
+def encode_model(model: type[BaseModel], value: Any, message: str) -> Any:
+    """`value` (an instance or plain data) validated by `model`, as JSON data."""
+    try:
+        instance = value if isinstance(value, model) else model.model_validate(value)
+        data = instance.model_dump(mode="json")
+        model.model_validate(data)
+    except _ENCODE_ERRORS as exc:
+        raise InvalidResult(message) from exc
+    return data
+
+
+def encode_json(value: Any, message: str) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidResult(message) from exc
+
+
+def hook_command(
+    *,
+    loaded: LoadedExtension,
+    name: str,
+    spec: Command,
+    handler: Callable[..., Any],
+    conversation_id: str | None,
+    data: BaseModel,
+    caller: Caller | None,
+    finish: Callable[[Any], None] | None = None,
+) -> FrameOutcome:
+    """Run a command handler in a request frame; the result is validated against the declared
+    output model (or must be JSON) — an invalid result is a defect."""
+
+    def call(ctx: HookContext) -> Any:
+        if spec.scope == "conversation":
+            return handler(ctx, conversation_id, data)
+        return handler(ctx, data)
+
+    def validate(result: Any) -> Any:
+        if spec.output is not None:
+            return encode_model(spec.output, result, MSG_OUTPUT_INVALID)
+        return encode_json(result, MSG_RESULT_NOT_JSON)
+
+    return run_frame(
+        extension_id=loaded.id,
+        hook=command_hook_name(name),
+        call=call,
+        failures="return",
+        boundary="request",
+        validate=validate,
+        observe=[conversation_id] if conversation_id else [],
+        caller=caller,
+        finish=finish,
+    )
+
+
+def hook_project(
+    *,
+    loaded: LoadedExtension,
+    conversation_id: str,
+    project: bool,
+    catalog: list[CatalogEntry] | None,
+) -> FrameOutcome:
+    """The read-only projection of one extension: `(value, catalog)` — the `project` hook's
+    value encoded with the projection schema (None → null), and the command catalog adapted by
+    `project_catalog(value, catalog)` when defined. Any failure stops the extension."""
+    definition = loaded.definition
+    hooks = definition.hooks.single
+
+    def call(ctx: HookContext) -> Any:
+        value: Any = None
+        projected: Any = None
+        if project:
+            projected = hooks["project"](ctx, conversation_id)
+            if inspect.isawaitable(projected):
+                return projected  # the frame stops it as an async crossing
+            if projected is not None and definition.projection_schema is not None:
+                value = encode_model(
+                    definition.projection_schema, projected, MSG_PROJECTION_INVALID
+                )
+            elif projected is not None:
+                raise InvalidResult(MSG_PROJECTION_INVALID)  # no schema declared
+        entries = catalog
+        adapt = hooks.get("project_catalog")
+        if catalog is not None and adapt is not None and projected is not None:
+            assert ctx._frame is not None
+            ctx._frame.hook = "project_catalog"  # failures from here on name this hook
+            adapted = adapt(projected, list(catalog))
+            if inspect.isawaitable(adapted):
+                return adapted
+            if not isinstance(adapted, list | tuple):
+                raise InvalidResult(MSG_CATALOG_INVALID)
+            entries = [
+                item if isinstance(item, CatalogEntry) else _catalog_entry(item) for item in adapted
+            ]
+        return value, (
+            None if entries is None else [entry.model_dump(mode="json") for entry in entries]
+        )
+
+    return run_frame(
+        extension_id=loaded.id,
+        hook="project",
+        call=call,
+        mode="read",
+        failures="stop",
+        boundary="request",
+    )
+
+
+def _catalog_entry(item: Any) -> CatalogEntry:
+    try:
+        return CatalogEntry.model_validate(item)
+    except ValidationError as exc:
+        raise InvalidResult(MSG_CATALOG_INVALID) from exc

@@ -1,0 +1,2 @@
+"""Extension-host services: one module per concern (roster, records, documents, migrations,
+commands, projection, quotas, recovery)."""

@@ -1,0 +1,231 @@
+"""Extension commands over the API (spec 04): the check order, input/output validation, the
+typed-error mapping and `Idempotency-Key`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.db import IntegrityError
+from pydantic import BaseModel, ValidationError
+
+from conversations.selectors import conversation_get
+from core.auth import Principal
+from core.errors import MSG_FORBIDDEN, HostError
+from core.models import IdempotencyResult
+from extensions_host import registry
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.registry import LoadedExtension
+from extensions_host.runtime.frames import FrameOutcome
+from extensions_host.runtime.hooks import command_hook_name, hook_command
+from extensions_host.runtime.stops import extension_stop
+from extensions_host.sdk import Caller, CatalogEntry, Command, Extension
+from extensions_host.services.errors import host_error_for, retry_error
+
+Scope = Literal["global", "conversation"]
+
+MSG_UNAVAILABLE = "Extension is unavailable"
+MSG_UNKNOWN = "Extension command is unknown"
+MSG_INPUT_INVALID = "Extension command input is invalid"
+MSG_IDEMPOTENCY_CONFLICT = "Idempotency key was used with a different request"
+MSG_IDEMPOTENCY_KEY_INVALID = "Idempotency-Key must be 1..256 characters"
+MAX_IDEMPOTENCY_KEY = 256
+
+
+def stopped_message(extension_id: str, reason: str) -> str:
+    return f"Extension {extension_id} is stopped: {reason}"
+
+
+def no_handler_reason(name: str) -> str:
+    return f"command {name} has no handler"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    status: int
+    body: Any
+    replayed: bool = False
+
+
+def command_call(
+    *,
+    principal: Principal,
+    extension_id: str,
+    name: str,
+    scope: Scope,
+    conversation_id: str | None,
+    body: Any,
+    idempotency_key: str | None = None,
+) -> CommandResult:
+    """Call a command, checking in the order of spec 04: the conversation (404/403), the
+    `commands` grant (503), stopped (503), unknown command or scope (400), admin-only (403),
+    input (400), handler (stop, 503); then the handler runs in a frame."""
+    if scope == "conversation":
+        assert conversation_id is not None
+        conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+    replay = _Idempotency.of(principal, extension_id, name, conversation_id, body, idempotency_key)
+    if replay is not None:
+        stored = replay.lookup()
+        if stored is not None:
+            return stored
+    loaded = _available(extension_id)
+    spec = loaded.definition.commands.get(name)
+    if spec is None or spec.scope != scope:
+        raise HostError("contract", "invalid", MSG_UNKNOWN)
+    if spec.admin_only and not principal.admin:
+        raise HostError("auth", "forbidden", MSG_FORBIDDEN)
+    data = _validate_input(spec, body)
+    handler = loaded.definition.hooks.commands.get(name)
+    if handler is None:
+        stop = extension_stop(
+            extension_id=extension_id,
+            hook=command_hook_name(name),
+            reason=no_handler_reason(name),
+            revision=loaded.revision,
+        )
+        raise HostError("extensions", "unavailable", stopped_message(extension_id, stop.reason))
+    caller = Caller(
+        username=principal.user.get_username() if principal.is_authenticated else "",
+        admin=principal.admin,
+        service=principal.service,
+    )
+    try:
+        outcome = hook_command(
+            loaded=loaded,
+            name=name,
+            spec=spec,
+            handler=handler,
+            conversation_id=conversation_id,
+            data=data,
+            caller=caller,
+            finish=replay.store if replay is not None else None,
+        )
+    except IntegrityError:
+        # the same key raced us and committed first: answer with its stored result
+        stored = replay.lookup() if replay is not None else None
+        if stored is None:
+            raise
+        return stored
+    return _result(extension_id, outcome)
+
+
+def _available(extension_id: str) -> LoadedExtension:
+    loaded = registry.get(extension_id)
+    row = RosterEntry.objects.filter(pk=extension_id).first()
+    if (
+        loaded is None
+        or row is None
+        or row.status == ExtensionStatus.UNINSTALLED
+        or "commands" not in row.admitted_grants
+    ):
+        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
+    if row.status == ExtensionStatus.STOPPED:
+        raise HostError("extensions", "unavailable", stopped_message(extension_id, row.reason))
+    if row.revision != loaded.revision:
+        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
+    return loaded
+
+
+def _validate_input(spec: Command, body: Any) -> BaseModel:
+    if not isinstance(body, dict):
+        raise HostError(
+            "contract",
+            "invalid",
+            MSG_INPUT_INVALID,
+            details={"non_field_errors": ["Expected a JSON object."]},
+        )
+    try:
+        return spec.input.model_validate(body, extra="forbid")
+    except ValidationError as exc:
+        details: dict[str, list[str]] = {}
+        for error in exc.errors(include_url=False):
+            field = ".".join(str(part) for part in error["loc"]) or "non_field_errors"
+            details.setdefault(field, []).append(error["msg"])
+        raise HostError("contract", "invalid", MSG_INPUT_INVALID, details=details) from exc
+
+
+def _result(extension_id: str, outcome: FrameOutcome) -> CommandResult:
+    if outcome.status == "ok":
+        return CommandResult(status=200, body=outcome.value)
+    if outcome.status == "failed" and outcome.error is not None:
+        raise host_error_for(outcome.error)
+    if outcome.status == "retry":
+        raise retry_error(
+            extension_id=extension_id, after_seconds=outcome.retry_after, reason=outcome.reason
+        )
+    if outcome.status == "stopped" or outcome.skip == "stopped":
+        raise HostError("extensions", "unavailable", stopped_message(extension_id, outcome.reason))
+    raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
+
+
+@dataclass(frozen=True)
+class _Idempotency:
+    scope: str
+    key: str
+    fingerprint: str
+
+    @classmethod
+    def of(
+        cls,
+        principal: Principal,
+        extension_id: str,
+        name: str,
+        conversation_id: str | None,
+        body: Any,
+        key: str | None,
+    ) -> _Idempotency | None:
+        if key is None:
+            return None
+        if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+            raise HostError("contract", "invalid", MSG_IDEMPOTENCY_KEY_INVALID)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        return cls(
+            scope=f"extcmd:{principal.user_id}:{extension_id}:{name}:{conversation_id or ''}",
+            key=key,
+            fingerprint=hashlib.sha256(canonical.encode()).hexdigest(),
+        )
+
+    def lookup(self) -> CommandResult | None:
+        stored = IdempotencyResult.objects.filter(scope=self.scope, key=self.key).first()
+        if stored is None:
+            return None
+        if stored.request_fingerprint != self.fingerprint:
+            raise HostError("contract", "conflict", MSG_IDEMPOTENCY_CONFLICT)
+        return CommandResult(status=stored.status, body=stored.body, replayed=True)
+
+    def store(self, value: Any) -> None:
+        # inside the command's frame: the result commits with the handler's effects
+        IdempotencyResult.objects.create(
+            scope=self.scope,
+            key=self.key,
+            request_fingerprint=self.fingerprint,
+            status=200,
+            body=value,
+        )
+
+
+_catalogs: dict[tuple[str, str], list[CatalogEntry]] = {}
+
+
+def command_catalog(loaded: LoadedExtension) -> list[CatalogEntry]:
+    """The extension's command catalog (cached per revision)."""
+    key = (loaded.id, loaded.revision)
+    if key not in _catalogs:
+        _catalogs[key] = _catalog(loaded.definition)
+    return _catalogs[key]
+
+
+def _catalog(definition: Extension) -> list[CatalogEntry]:
+    return [
+        CatalogEntry(
+            name=name,
+            scope=spec.scope,
+            description=spec.description,
+            admin_only=spec.admin_only,
+            input_schema=spec.input.model_json_schema(),
+            output_schema=spec.output.model_json_schema() if spec.output else None,
+        )
+        for name, spec in sorted(definition.commands.items())
+    ]

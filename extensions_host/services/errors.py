@@ -1,0 +1,61 @@
+"""Typed SDK failures → the host's error model (spec 02 §3, after the seed's commandFailure)."""
+
+from __future__ import annotations
+
+import math
+
+from core.errors import HostError, bound_text
+from extensions_host.sdk import AdmissionError, CommandError, SdkError, StateError
+
+MESSAGE_MAX = 512
+
+_COMMAND = {
+    "invalid": ("contract", "invalid"),
+    "conflict": ("store", "conflict"),
+    "not_found": ("store", "not_found"),
+    "rejected": ("extensions", "rejected"),
+}
+_ADMISSION = {
+    "invalid": ("contract", "invalid"),
+    "conflict": ("contract", "conflict"),
+    "closed": ("contract", "closed"),
+    "throttled": ("limit", "throttled"),
+}
+_STATE = {
+    "bound": ("contract", "invalid"),
+    "conflict": ("store", "conflict"),
+    "encode": ("store", "unavailable"),
+    "decode": ("store", "unavailable"),
+    "unavailable": ("store", "unavailable"),
+}
+
+
+def host_error_for(error: SdkError) -> HostError:
+    """The caller-facing error for a typed failure of a command, route or `transact`."""
+    table = (
+        _COMMAND
+        if isinstance(error, CommandError)
+        else _ADMISSION
+        if isinstance(error, AdmissionError)
+        else _STATE
+        if isinstance(error, StateError)
+        else {}
+    )
+    category, cause = table.get(error.kind, ("store", "unavailable"))
+    retry_after = 1 if cause == "throttled" else None
+    return HostError(
+        category,
+        cause,
+        bound_text(error.message, MESSAGE_MAX),  # type: ignore[arg-type]
+        retry_after=retry_after,
+    )
+
+
+def retry_error(*, extension_id: str, after_seconds: float | None, reason: str) -> HostError:
+    """`Retry` from a command or route: 503 with `Retry-After`."""
+    return HostError(
+        "extensions",
+        "unavailable",
+        bound_text(f"Extension {extension_id} asked to retry: {reason}", MESSAGE_MAX),
+        retry_after=max(1, math.ceil(after_seconds or 1)),
+    )

@@ -1,0 +1,163 @@
+"""State migrations (spec 02 §5): stream every record through the declared steps, stage the
+results, swap them in — all in one transaction (a savepoint of the caller's), so a failing
+migration leaves every record untouched."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from pydantic import ValidationError
+
+from extensions_host.models import ExtensionRecord, MigrationStaging, RosterEntry
+from extensions_host.registry import LoadedExtension
+from extensions_host.sdk import MAX_KEY_CHARS, MAX_RECORD_BYTES, Extension
+from extensions_host.services.quotas import usage_recount
+
+BATCH = 500
+Step = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+
+class MigrationFailed(Exception):
+    """A migration that cannot produce valid state; its message follows `migration: `."""
+
+
+def newer_state_reason(*, stored: int, declared: int) -> str:
+    return f"state: stored state version {stored} is newer than declared version {declared}"
+
+
+def state_migrate(*, loaded: LoadedExtension, row: RosterEntry) -> str | None:
+    """Bring the extension's stored state to its declared version, updating the ledger fields
+    on `row` (the caller saves it). Returns a stop reason, or None when the state is current."""
+    declared = loaded.definition.state_version
+    stored = row.state_version
+    if stored is not None and stored > declared:
+        return newer_state_reason(stored=stored, declared=declared)
+    if stored is not None and stored < declared:
+        try:
+            with transaction.atomic():
+                rows = _stored_rows(loaded.id)
+                try:
+                    _swap_in(
+                        loaded.id,
+                        migrate_records(
+                            definition=loaded.definition,
+                            from_version=stored,
+                            rows=rows,
+                        ),
+                    )
+                finally:
+                    rows.close()  # the server-side cursor closes before the savepoint ends
+        except MigrationFailed as exc:
+            return f"migration: {exc}"
+    row.state_version = declared
+    row.ledger_revision = loaded.revision
+    return None
+
+
+def migrate_records(
+    *, definition: Extension, from_version: int, rows: Iterable[tuple[str, str, str]]
+) -> Iterable[MigrationStaging]:
+    """Apply the steps from `from_version` to each stored `(collection, key, json)` and yield
+    staged, re-validated records (lazily: the caller writes them in batches)."""
+    steps: list[tuple[int, Step]] = []
+    for version in range(from_version, definition.state_version):
+        step = definition.migrations.get(version)
+        if step is None:
+            raise MigrationFailed(f"missing state migration from version {version}")
+        steps.append((version, step))
+    for collection, key, text in rows:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise MigrationFailed(f"stored {collection} record {key} is not JSON") from exc
+        current: list[Any] = [{"collection": collection, "key": key, "value": value}]
+        for version, step in steps:
+            produced: list[Any] = []
+            for item in current:
+                try:
+                    result = step(dict(item))
+                except Exception as exc:
+                    raise MigrationFailed(
+                        f"state migration from version {version} failed: {exc}"
+                    ) from exc
+                if not isinstance(result, list | tuple):
+                    raise MigrationFailed(
+                        f"state migration from version {version} must return a list of rows"
+                    )
+                produced.extend(result)
+            current = produced
+        for item in current:
+            yield _staged(definition, item)
+
+
+def _staged(definition: Extension, item: Any) -> MigrationStaging:
+    if not isinstance(item, dict) or set(item) != {"collection", "key", "value"}:
+        raise MigrationFailed("a migrated row must be {collection, key, value}")
+    collection, key = item["collection"], item["key"]
+    spec = definition.collections.get(collection) if isinstance(collection, str) else None
+    if spec is None:
+        raise MigrationFailed(f"a migrated record names an undeclared collection {collection!r}")
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS:
+        raise MigrationFailed(f"a migrated {collection} record key must be 1..256 characters")
+    try:
+        instance = spec.model.model_validate(item["value"])
+        encoded = instance.model_dump_json()
+        index = spec.index(instance) if spec.index is not None else None
+    except ValidationError as exc:
+        raise MigrationFailed(f"a migrated {collection} record is invalid") from exc
+    except Exception as exc:  # the extension's index function
+        raise MigrationFailed(f"a migrated {collection} record has no valid index: {exc}") from exc
+    if index is not None and (not isinstance(index, str) or not 1 <= len(index) <= MAX_KEY_CHARS):
+        raise MigrationFailed(f"a migrated {collection} record index must be 1..256 characters")
+    size = len(encoded.encode())
+    if size > MAX_RECORD_BYTES:
+        raise MigrationFailed(f"a migrated {collection} record exceeds 1 MiB")
+    return MigrationStaging(
+        extension_id=definition.id,
+        collection=collection,
+        key=key,
+        index=index,
+        value=encoded,
+        size_bytes=size,
+    )
+
+
+def _stored_rows(extension_id: str) -> Generator[tuple[str, str, str], None, None]:
+    # a server-side cursor on PostgreSQL: records are streamed, never all in memory
+    return (
+        ExtensionRecord.objects.filter(extension_id=extension_id)
+        .order_by("pk")
+        .values_list("collection", "key", "value")
+        .iterator(chunk_size=BATCH)
+    )
+
+
+def _swap_in(extension_id: str, migrated: Iterable[MigrationStaging]) -> None:
+    MigrationStaging.objects.filter(extension_id=extension_id).delete()
+    batch: list[MigrationStaging] = []
+    try:
+        for staged in migrated:
+            batch.append(staged)
+            if len(batch) >= BATCH:
+                MigrationStaging.objects.bulk_create(batch)
+                batch = []
+        if batch:
+            MigrationStaging.objects.bulk_create(batch)
+    except IntegrityError as exc:
+        raise MigrationFailed("migrated records have duplicate keys") from exc
+    ExtensionRecord.objects.filter(extension_id=extension_id).delete()
+    record = ExtensionRecord._meta.db_table
+    staging = MigrationStaging._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{record}" '  # noqa: S608 (our own table names)
+            '("extension_id", "collection", "key", "index", "value", "size_bytes") '
+            'SELECT "extension_id", "collection", "key", "index", "value", "size_bytes" '
+            f'FROM "{staging}" WHERE "extension_id" = %s',
+            [extension_id],
+        )
+    MigrationStaging.objects.filter(extension_id=extension_id).delete()
+    usage_recount(extension_id=extension_id)

@@ -1,0 +1,141 @@
+"""Collections: records of a declared model, keyed and optionally indexed (spec 02 §4).
+
+Bounds (checked before anything is written): key and index 1..256 characters, encoded value
+≤ 1 MiB, pages of 1..64 ordered by key with an `after` cursor and an optional index filter.
+Guards (who may write, when) live in the runtime; these functions hold the storage rules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from extensions_host.models import ExtensionRecord
+from extensions_host.sdk import MAX_KEY_CHARS, MAX_RECORD_BYTES, Collection, Extension, StateError
+from extensions_host.services.quotas import usage_charge
+
+if TYPE_CHECKING:
+    from extensions_host.runtime.current import Frame
+
+MAX_PAGE = 64
+
+
+def check_key(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
+        raise StateError("bound", f"{what} must be 1..{MAX_KEY_CHARS} characters")
+    return value
+
+
+def collection_spec(definition: Extension, name: str) -> Collection[Any]:
+    spec = definition.collections.get(name)
+    if spec is None:
+        raise StateError("bound", f"Collection {name} is not declared")
+    return spec
+
+
+def encode_value(model: type[BaseModel], value: Any, what: str) -> str:
+    """The value as validated JSON; anything that would not decode again → `encode`."""
+    try:
+        candidate = value if isinstance(value, model) else None
+        if candidate is None:
+            if not isinstance(value, dict):
+                raise StateError("encode", f"The {what} does not match its schema")
+            candidate = model.model_validate(value)
+        encoded = candidate.model_dump_json()
+        model.model_validate_json(encoded)
+    except (ValidationError, PydanticSerializationError, ValueError, TypeError) as exc:
+        raise StateError("encode", f"The {what} does not match its schema") from exc
+    return encoded
+
+
+def decode_value(model: type[BaseModel], text: str, what: str) -> Any:
+    try:
+        return model.model_validate_json(text)
+    except (ValidationError, ValueError) as exc:
+        raise StateError("decode", f"Stored {what} is invalid") from exc
+
+
+def encode_record(spec: Collection[Any], name: str, value: Any) -> tuple[str, str | None, str, int]:
+    """(key, index, encoded value, size in bytes) for a value about to be written."""
+    encoded = encode_value(spec.model, value, f"{name} record")
+    size = len(encoded.encode())
+    if size > MAX_RECORD_BYTES:
+        raise StateError("bound", f"The {name} record exceeds 1 MiB")
+    decoded = spec.model.model_validate_json(encoded)
+    key = check_key(spec.key(decoded), "A record key")
+    index = spec.index(decoded) if spec.index is not None else None
+    if index is not None:
+        check_key(index, "A record index")
+    return key, index, encoded, size
+
+
+def record_get(*, extension_id: str, collection: str, spec: Collection[Any], key: str) -> Any:
+    check_key(key, "A record key")
+    text = (
+        ExtensionRecord.objects.filter(extension_id=extension_id, collection=collection, key=key)
+        .values_list("value", flat=True)
+        .first()
+    )
+    return None if text is None else decode_value(spec.model, text, f"{collection} record")
+
+
+def record_page(
+    *,
+    extension_id: str,
+    collection: str,
+    spec: Collection[Any],
+    limit: int = MAX_PAGE,
+    after: str | None = None,
+    index: str | None = None,
+) -> list[Any]:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise StateError("bound", f"Page limit must be 1..{MAX_PAGE}")
+    rows = ExtensionRecord.objects.filter(extension_id=extension_id, collection=collection)
+    if after is not None:
+        rows = rows.filter(key__gt=check_key(after, "A page cursor"))
+    if index is not None:
+        rows = rows.filter(index=check_key(index, "A record index"))
+    texts = rows.order_by("key").values_list("value", flat=True)[:limit]
+    return [decode_value(spec.model, text, f"{collection} record") for text in texts]
+
+
+def record_put(*, frame: Frame, collection: str, spec: Collection[Any], value: Any) -> None:
+    key, index, encoded, size = encode_record(spec, collection, value)
+    existing = (
+        ExtensionRecord.objects.select_for_update()
+        .filter(extension_id=frame.extension_id, collection=collection, key=key)
+        .values_list("pk", "size_bytes")
+        .first()
+    )
+    if existing is None:
+        usage_charge(frame=frame, records=1, size=size)
+        ExtensionRecord.objects.create(
+            extension_id=frame.extension_id,
+            collection=collection,
+            key=key,
+            index=index,
+            value=encoded,
+            size_bytes=size,
+        )
+        return
+    pk, old_size = existing
+    usage_charge(frame=frame, records=0, size=size - old_size)
+    ExtensionRecord.objects.filter(pk=pk).update(index=index, value=encoded, size_bytes=size)
+
+
+def record_remove(*, frame: Frame, collection: str, key: str) -> bool:
+    check_key(key, "A record key")
+    row = (
+        ExtensionRecord.objects.filter(
+            extension_id=frame.extension_id, collection=collection, key=key
+        )
+        .values_list("pk", "size_bytes")
+        .first()
+    )
+    if row is None:
+        return False
+    ExtensionRecord.objects.filter(pk=row[0]).delete()
+    usage_charge(frame=frame, records=-1, size=-row[1])
+    return True

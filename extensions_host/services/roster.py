@@ -1,0 +1,284 @@
+"""The roster: sync with the installed extensions, admission of grants, resume and auto-resume
+(spec 02 §2, §3, §7)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import OperationalError, ProgrammingError, transaction
+
+from core import clock
+from core.errors import MSG_NOT_FOUND, HostError
+from core.services import audit_record
+from extensions_host import registry
+from extensions_host.models import ExtensionStatus, RosterEntry, RosterSyncLock
+from extensions_host.registry import LoadedExtension
+from extensions_host.runtime.stops import bounded_reason, extension_stop
+from extensions_host.runtime.transient import with_transient_retries
+from extensions_host.services.documents import documents_declare
+from extensions_host.services.migrations import state_migrate
+from extensions_host.services.quotas import usage_slots_ensure
+
+logger = logging.getLogger("extensions_host.roster")
+
+MSG_UNINSTALLED = "Extension is uninstalled"
+MSG_NOT_UNINSTALLED = "Only an uninstalled extension's data can be purged"
+MSG_GRANTS_NOT_REQUESTED = "Admitted grants must be a subset of the requested grants"
+
+# Called after a resume commits, with the extension id (timer wake, attention, …).
+resume_listeners: list[Callable[[str], None]] = []
+
+
+@dataclass
+class SyncReport:
+    installed: list[str] = field(default_factory=list)
+    new_revision: list[str] = field(default_factory=list)
+    kept_stopped: list[str] = field(default_factory=list)
+    stopped: dict[str, str] = field(default_factory=dict)
+    uninstalled: list[str] = field(default_factory=list)
+
+
+def service_username(extension_id: str) -> str:
+    return f"ext:{extension_id}"
+
+
+def settled_consumer_cursor_initialise(*, extension_id: str) -> None:
+    """A `settled` consumer with no cursor yet gets one at the current core cursor
+    (`conversations.models.SettledCounter.value`), so a new consumer does not replay all
+    history and a resumed one replays exactly what it missed (spec 02 §2 step 2).
+
+    Runs inside `roster_sync`'s transaction. The settled-delivery work owns the cursor table and
+    fills this in; until then there is nothing to initialise.
+    """
+    return None
+
+
+def roster_sync(*, extensions: dict[str, LoadedExtension] | None = None) -> SyncReport:
+    """Bring the roster in line with the installed extensions (`manage.py sync_roster`).
+
+    Serialised cluster-wide by a row lock; safe from many processes at once. Never run from
+    `AppConfig.ready`.
+    """
+    installed = registry.loaded() if extensions is None else extensions
+
+    def sync() -> SyncReport:
+        report = SyncReport()
+        with transaction.atomic(durable=True):
+            RosterSyncLock.objects.bulk_create([RosterSyncLock(id=1)], ignore_conflicts=True)
+            RosterSyncLock.objects.select_for_update().get(id=1)
+            for loaded in installed.values():
+                _sync_one(loaded, report)
+            gone = (
+                RosterEntry.objects.select_for_update()
+                .exclude(pk__in=list(installed))
+                .exclude(status=ExtensionStatus.UNINSTALLED)
+            )
+            for row in gone:
+                # none of its hooks run; its data is kept until staff purge it
+                row.status = ExtensionStatus.UNINSTALLED
+                row.next_auto_resume_at = None
+                row.save(update_fields=["status", "next_auto_resume_at", "updated_at"])
+                report.uninstalled.append(row.id)
+        return report
+
+    report = with_transient_retries(sync)
+    logger.info("roster_synced", extra={"event": "roster_synced", **report.__dict__})
+    return report
+
+
+def roster_sync_at_start() -> SyncReport | None:
+    """The per-process startup sync (web and worker processes): tolerates a database whose
+    tables do not exist yet (before `migrate`); load errors of the installed set still raise."""
+    try:
+        return roster_sync()
+    except (ProgrammingError, OperationalError) as exc:
+        logger.warning("roster sync skipped at start: %s", exc)
+        return None
+
+
+def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
+    definition = loaded.definition
+    requested = sorted(definition.grants)
+    auto_admit = settings.HOST_AUTO_ADMIT
+    row = RosterEntry.objects.select_for_update().filter(pk=loaded.id).first()
+    if row is None:
+        row = RosterEntry(
+            id=loaded.id,
+            version=definition.version,
+            revision=loaded.revision,
+            fingerprint=loaded.fingerprint,
+            requested_grants=requested,
+            admitted_grants=requested if auto_admit else [],
+            status=ExtensionStatus.RUNNING,
+            auto_resume=definition.auto_resume,
+        )
+        row.save(force_insert=True)
+        report.installed.append(row.id)
+    else:
+        if row.revision != loaded.revision or row.status == ExtensionStatus.UNINSTALLED:
+            # an upgrade (or a reinstall) is a fresh chance: running, auto-resume counters reset
+            if row.revision != loaded.revision:
+                report.new_revision.append(row.id)
+            _clear_stop(row)
+            row.restart_count = 0
+            row.activation_epoch += 1
+        elif row.status == ExtensionStatus.STOPPED:
+            report.kept_stopped.append(row.id)
+        row.version = definition.version
+        row.revision = loaded.revision
+        row.fingerprint = loaded.fingerprint
+        row.requested_grants = requested
+        row.admitted_grants = (
+            requested if auto_admit else sorted(set(row.admitted_grants) & set(requested))
+        )
+    if "settled" in row.admitted_grants:
+        settled_consumer_cursor_initialise(extension_id=row.id)
+    usage_slots_ensure(extension_id=row.id)
+    _service_user(row.id)
+    stop_reason = state_migrate(loaded=loaded, row=row)
+    if stop_reason is not None and row.status == ExtensionStatus.STOPPED:
+        # kept stopped, and its state still cannot open: that is the reason now
+        row.reason = row.last_error = bounded_reason(stop_reason, row.id)
+        row.failing_hook = "migration"
+    row.save()
+    documents_declare(extension_id=row.id, documents=definition.documents)
+    if stop_reason is not None:
+        stop = extension_stop(
+            extension_id=row.id,
+            hook="migration",
+            reason=stop_reason,
+            revision=loaded.revision,
+            enclosing=True,
+        )
+        report.stopped[row.id] = stop.reason
+
+
+def _clear_stop(row: RosterEntry) -> None:
+    row.status = ExtensionStatus.RUNNING
+    row.reason = ""
+    row.stopped_at = None
+    row.failing_hook = ""
+    row.next_auto_resume_at = None
+
+
+def _service_user(extension_id: str) -> None:
+    """The extension's own user (`ext:<id>`, no password, no login): the owner of
+    conversations it creates."""
+    user_model = get_user_model()
+    username = service_username(extension_id)
+    if user_model.objects.filter(username=username).exists():
+        return
+    user = user_model(username=username, first_name=f"Extension {extension_id}"[:150])
+    user.set_unusable_password()
+    user.save()
+
+
+def extension_resume(*, extension_id: str, actor: str) -> RosterEntry:
+    """Staff resume (admin action, API, `manage.py resume_extension`): only from `stopped`;
+    resets the auto-resume counters. Resume of a running extension is a no-op."""
+
+    def step() -> RosterEntry:
+        with transaction.atomic(durable=True):
+            row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
+            if row is None:
+                raise HostError("store", "not_found", MSG_NOT_FOUND)
+            if row.status == ExtensionStatus.UNINSTALLED:
+                raise HostError("contract", "conflict", MSG_UNINSTALLED)
+            if row.status == ExtensionStatus.STOPPED:
+                _resume_row(row, actor=actor, staff=True)
+            return row
+
+    return with_transient_retries(step)
+
+
+def roster_auto_resume_due(*, limit: int = 64) -> list[str]:
+    """The auto-resume sweep: resume stopped extensions whose backoff has passed (beat, every
+    30 s). Rows locked by another sweep are skipped."""
+
+    def step() -> list[str]:
+        now = clock.now()
+        resumed: list[str] = []
+        with transaction.atomic(durable=True):
+            due = (
+                RosterEntry.objects.select_for_update(skip_locked=True)
+                .filter(
+                    status=ExtensionStatus.STOPPED, auto_resume=True, next_auto_resume_at__lte=now
+                )
+                .order_by("next_auto_resume_at", "id")[:limit]
+            )
+            for row in due:
+                if _resume_row(row, actor="auto-resume", staff=False):
+                    resumed.append(row.id)
+        return resumed
+
+    return with_transient_retries(step)
+
+
+def _resume_row(row: RosterEntry, *, actor: str, staff: bool) -> bool:
+    """Resume a locked, stopped row. Returns False when its state still cannot open (the
+    migration failed again, or stored state is newer): it stays stopped with that reason."""
+    loaded = registry.get(row.id)
+    if loaded is not None and loaded.revision == row.revision:
+        reason = state_migrate(loaded=loaded, row=row)
+        if reason is not None:
+            row.reason = row.last_error = bounded_reason(reason, row.id)
+            row.failing_hook = "migration"
+            row.next_auto_resume_at = None
+            row.save()
+            return False
+    previous_reason = row.reason
+    _clear_stop(row)
+    row.activation_epoch += 1
+    row.restart_count = 0 if staff else row.restart_count + 1
+    row.save()
+    audit_record(
+        actor=actor,
+        action="extension_resumed" if staff else "extension_auto_resumed",
+        target=row.id,
+        detail={"previous_reason": previous_reason, "restart_count": row.restart_count},
+    )
+    extension_id = row.id
+    transaction.on_commit(lambda: [listener(extension_id) for listener in resume_listeners])
+    return True
+
+
+def extension_admit_grants(*, extension_id: str, grants: list[str], actor: str) -> RosterEntry:
+    """Staff admit a subset of the requested grants (the admin's admission action)."""
+    with transaction.atomic(durable=True):
+        row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
+        if row is None:
+            raise HostError("store", "not_found", MSG_NOT_FOUND)
+        if not set(grants) <= set(row.requested_grants):
+            raise HostError("contract", "invalid", MSG_GRANTS_NOT_REQUESTED)
+        previous = row.admitted_grants
+        row.admitted_grants = sorted(set(grants))
+        row.save(update_fields=["admitted_grants", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="extension_grants_admitted",
+            target=row.id,
+            detail={"before": previous, "after": row.admitted_grants},
+        )
+    return row
+
+
+def extension_purge(*, extension_id: str, actor: str) -> dict[str, int]:
+    """Delete an uninstalled extension's data and roster row (staff, with confirmation in the
+    admin; audited with what was removed). Installed extensions cannot be purged."""
+    with transaction.atomic(durable=True):
+        row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
+        if row is None:
+            raise HostError("store", "not_found", MSG_NOT_FOUND)
+        if row.status != ExtensionStatus.UNINSTALLED:
+            raise HostError("contract", "conflict", MSG_NOT_UNINSTALLED)
+        removed = {
+            "records": row.records.count(),
+            "documents": row.documents.count(),
+        }
+        row.delete()  # cascades to records, documents, declarations and usage
+        audit_record(actor=actor, action="extension_purged", target=extension_id, detail=removed)
+    return removed

@@ -1,0 +1,61 @@
+"""Fixtures for the extension host: install test extensions, fire hooks, make conversations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from conversations.models import Conversation
+from core import clock
+from extensions_host import registry
+from extensions_host.models import RosterEntry
+from extensions_host.runtime import FrameOutcome, forget_activations, run_frame
+from extensions_host.sdk import Extension, TimerEvent
+from extensions_host.services.roster import roster_sync
+
+
+@pytest.fixture
+def install(db: Any) -> Iterator[Callable[..., None]]:
+    """`install(ext, …)`: run with exactly these extensions loaded and sync the roster (a later
+    call replaces the set, like a deploy)."""
+    stack = ExitStack()
+
+    def do(*definitions: Extension, sync: bool = True) -> None:
+        stack.enter_context(registry.installed(*definitions))
+        forget_activations()
+        if sync:
+            roster_sync()
+
+    yield do
+    stack.close()
+    forget_activations()
+
+
+def fire_timer(extension_id: str, key: str = "t1", **options: Any) -> FrameOutcome:
+    """Call the extension's `on_timer` the way the timer sweep does: a worker frame."""
+    loaded = registry.get(extension_id)
+    assert loaded is not None
+    hook = loaded.definition.hooks.single["on_timer"]
+    now = clock.now_ms()
+    event = TimerEvent(key=key, due_at=now, fired_at=now)
+    options.setdefault("boundary", "worker")
+    return run_frame(
+        extension_id=extension_id, hook="on_timer", call=lambda ctx: hook(ctx, event), **options
+    )
+
+
+def roster(extension_id: str) -> RosterEntry:
+    return RosterEntry.objects.get(pk=extension_id)
+
+
+@pytest.fixture
+def conversation(owner: Any) -> Callable[..., Conversation]:
+    def make(cid: str = "c1", *, who: Any = None, sharing: str = "private") -> Conversation:
+        return Conversation.objects.create(
+            id=cid, owner=who or owner, sharing=sharing, last_activity_at=clock.now()
+        )
+
+    return make

@@ -1,0 +1,84 @@
+"""The staff console: resume with confirmation, admission, purge of uninstalled data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.admin import helpers
+
+from core.models import AuditEntry
+from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
+from extensions_host.runtime import run_frame
+
+from .conftest import fire_timer, roster
+from .exts import Item, make_ext
+
+CHANGELIST = "/admin/extensions_host/rosterentry/"
+
+
+def failing(ctx: Any, timer: Any) -> None:
+    raise RuntimeError("boom")
+
+
+@pytest.fixture
+def console(client, staff):
+    client.force_login(staff)
+    return client
+
+
+def action(console: Any, name: str, ids: list[str], *, confirm: bool) -> Any:
+    data = {"action": name, helpers.ACTION_CHECKBOX_NAME: ids}
+    if confirm:
+        data["confirm"] = "yes"
+    return console.post(CHANGELIST, data)
+
+
+def test_the_roster_list_and_detail_pages_render(install, console):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+
+    listing = console.get(CHANGELIST)
+    detail = console.get(f"{CHANGELIST}alpha/change/")
+
+    assert listing.status_code == 200 and b"stopped" in listing.content
+    assert detail.status_code == 200 and b"on_timer defect: boom" in detail.content
+
+
+def test_resume_asks_for_confirmation_then_resumes_and_audits(install, console):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+
+    page = action(console, "resume_selected", ["alpha"], confirm=False)
+    assert page.status_code == 200
+    assert b"Yes, resume" in page.content
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+    action(console, "resume_selected", ["alpha"], confirm=True)
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert AuditEntry.objects.filter(action="extension_resumed", actor="staff").exists()
+
+
+def test_admitting_requested_grants_from_the_admin(install, console, settings):
+    settings.HOST_AUTO_ADMIT = False
+    install(make_ext("alpha", grants={"state", "timers"}))
+
+    action(console, "admit_requested_grants", ["alpha"], confirm=True)
+
+    assert roster("alpha").admitted_grants == ["state", "timers"]
+
+
+def test_purge_deletes_only_an_uninstalled_extensions_data(install, console):
+    install(make_ext("alpha"), make_ext("beta"))
+    for ext in ("alpha", "beta"):
+        assert run_frame(
+            extension_id=ext, hook="test", call=lambda c: c.collection("item").put(Item(key="k"))
+        ).ok
+    install(make_ext("beta"))  # alpha is uninstalled now
+
+    action(console, "purge_uninstalled", ["alpha", "beta"], confirm=True)
+
+    assert not RosterEntry.objects.filter(pk="alpha").exists()
+    assert list(ExtensionRecord.objects.values_list("extension_id", flat=True)) == ["beta"]
+    audit = AuditEntry.objects.get(action="extension_purged")
+    assert audit.detail == {"records": 1, "documents": 0}

@@ -1,0 +1,213 @@
+"""The projection endpoint and the roster endpoints (spec 04 projection, spec 07)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extensions_host import registry
+from extensions_host.models import ExtensionStatus
+from extensions_host.sdk import CatalogEntry
+
+from .conftest import fire_timer, roster
+from .exts import AddInput, AddOutput, Board, Item, add_command, count_items, make_ext
+
+
+def failing(ctx: Any, timer: Any) -> None:
+    raise RuntimeError("boom")
+
+
+def board_ext(ext_id: str = "board", **kw: Any):
+    commands = {
+        "add": ({"scope": "conversation", "input": AddInput, "output": AddOutput}, add_command),
+        "clear": (
+            {"scope": "conversation", "description": "Clear the board"},
+            lambda ctx, cid, data: None,
+        ),
+    }
+    kw.setdefault("project", count_items)
+    return make_ext(ext_id, commands=commands, **kw)
+
+
+def projection(client: Any, cid: str = "c1") -> Any:
+    return client.get(f"/v1/conversations/{cid}/projection")
+
+
+@pytest.fixture
+def seeded(install, conversation, owner, api):
+    install(board_ext(), make_ext("quiet", grants={"state"}))
+    conversation("c1")
+    api(owner).post(
+        "/v1/conversations/c1/extensions/board/commands/add", {"key": "a", "n": 1}, format="json"
+    )
+    return owner
+
+
+def test_a_running_slot_has_revision_value_and_catalog(seeded, api):
+    response = projection(api(seeded))
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["conversation_id"] == "c1"
+    assert body["attention"] == []
+    assert list(body["slots"]) == ["board"]  # `quiet` has neither projection nor commands
+    slot = body["slots"]["board"]
+    assert slot["status"] == "running"
+    assert slot["revision"] == registry.get("board").revision
+    assert slot["value"] == {"count": 1}
+    assert [entry["name"] for entry in slot["catalog"]] == ["add", "clear"]
+    assert slot["catalog"][0]["input_schema"]["properties"]["key"]["type"] == "string"
+    assert slot["catalog"][1]["description"] == "Clear the board"
+
+
+def test_project_catalog_adapts_the_catalog_to_the_value(install, conversation, owner, api):
+    def adapt(value: Board, catalog: list[CatalogEntry]) -> list[CatalogEntry]:
+        return [entry for entry in catalog if value.count or entry.name != "clear"]
+
+    install(board_ext(project_catalog=adapt))
+    conversation("c1")
+
+    slot = projection(api(owner)).json()["slots"]["board"]
+
+    assert slot["value"] == {"count": 0}
+    assert [entry["name"] for entry in slot["catalog"]] == ["add"]
+
+
+def test_a_stopped_extension_has_a_stopped_slot_with_its_reason(install, conversation, owner, api):
+    install(board_ext(on_timer=failing))
+    conversation("c1")
+    fire_timer("board")
+
+    slot = projection(api(owner)).json()["slots"]["board"]
+
+    assert slot == {
+        "status": "stopped",
+        "revision": roster("board").revision,
+        "reason": "on_timer defect: boom",
+    }
+
+
+def test_a_write_in_project_stops_that_slot_only_in_the_same_response(
+    install, conversation, owner, api
+):
+    def writes(ctx: Any, conversation_id: str) -> Board:
+        ctx.collection("item").put(Item(key="sneaky"))
+        return Board(count=0)
+
+    install(board_ext("bad", project=writes), board_ext("good"))
+    conversation("c1")
+
+    slots = projection(api(owner)).json()["slots"]
+
+    reason = "project defect: Extension write used in a read-only hook"
+    assert slots["bad"] == {
+        "status": "stopped",
+        "revision": registry.get("bad").revision,
+        "reason": reason,
+    }
+    assert slots["good"]["status"] == "running"
+    assert roster("bad").status == ExtensionStatus.STOPPED
+    assert roster("bad").reason == reason
+    assert roster("good").status == ExtensionStatus.RUNNING
+    assert not roster("bad").records.exists()
+
+
+@pytest.mark.parametrize(
+    ("project", "reason"),
+    [
+        (lambda ctx, cid: {"count": "many"}, "project defect: Extension projection is invalid"),
+        (lambda ctx, cid: 1 / 0, "project defect: division by zero"),
+    ],
+)
+def test_a_project_hook_that_raises_or_returns_an_invalid_value_stops(
+    install, conversation, owner, api, project, reason
+):
+    install(board_ext(project=project))
+    conversation("c1")
+
+    slot = projection(api(owner)).json()["slots"]["board"]
+
+    assert slot["status"] == "stopped"
+    assert slot["reason"] == reason
+    assert roster("board").reason == reason
+
+
+def test_an_invalid_catalog_stops_naming_project_catalog(install, conversation, owner, api):
+    install(board_ext(project_catalog=lambda value, catalog: [{"name": ""}]))
+    conversation("c1")
+
+    slot = projection(api(owner)).json()["slots"]["board"]
+
+    assert slot["reason"] == "project_catalog defect: Extension catalog is invalid"
+    assert roster("board").failing_hook == "project_catalog"
+
+
+def test_a_projection_grant_without_project_hook_stops(install, conversation, owner, api):
+    install(make_ext("alpha", grants={"projection"}))
+    conversation("c1")
+
+    slot = projection(api(owner)).json()["slots"]["alpha"]
+
+    assert slot["reason"] == "projection: granted capability has no handler"
+
+
+def test_projection_access_follows_the_conversation(seeded, api, outsider, conversation, owner):
+    assert projection(api(outsider)).status_code == 404
+    assert projection(api(None)).status_code == 401
+    conversation("pub", who=owner, sharing="public")
+    assert projection(api(None), "pub").status_code == 200
+
+
+# --- the roster endpoints ---------------------------------------------------------------------
+
+
+def test_the_roster_lists_every_extensions_status(seeded, api):
+    response = api(seeded).get("/v1/extensions")
+
+    assert response.status_code == 200
+    rows = response.json()["results"]
+    assert [row["id"] for row in rows] == ["board", "quiet"]
+    assert set(rows[0]) == {
+        "id",
+        "version",
+        "revision",
+        "status",
+        "reason",
+        "stopped_at",
+        "failing_hook",
+        "restart_count",
+    }
+
+
+def test_one_extension_shows_grants_revision_restart_data_and_usage(seeded, api):
+    body = api(seeded).get("/v1/extensions/board").json()
+
+    assert body["status"] == "running"
+    assert body["revision"] == body["loaded_revision"] == registry.get("board").revision
+    assert body["grants"]["admitted"] == sorted(body["grants"]["requested"])
+    assert body["grants"]["pending"] == []
+    assert body["usage"]["records"] == 1
+    assert body["usage"]["max_records"] == 100_000
+    assert body["usage"]["max_bytes"] == 256 * 1024 * 1024
+    assert body["restart_count"] == 0
+    assert body["next_auto_resume_at"] is None
+    assert api(seeded).get("/v1/extensions/ghost").status_code == 404
+
+
+def test_resume_is_admin_only_and_resumes(install, api, owner, staff):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+
+    assert api(owner).post("/v1/extensions/alpha/resume").status_code == 403
+    assert api(None).post("/v1/extensions/alpha/resume").status_code == 401
+    response = api(staff).post("/v1/extensions/alpha/resume")
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "running"
+    assert response.json()["last_error"] == "on_timer defect: boom"
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert api(staff).post("/v1/extensions/ghost/resume").status_code == 404
+    assert (
+        api(staff).post("/v1/extensions/alpha/resume", {"x": 1}, format="json").status_code == 400
+    )

@@ -1,0 +1,361 @@
+"""Extension commands over HTTP: the check order and messages of spec 04, the typed-error
+mapping of spec 02 §3, output validation and `Idempotency-Key`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from conversations.models import Conversation
+from extensions_host.models import ExtensionRecord, ExtensionStatus
+from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
+
+from .conftest import roster
+from .exts import AddInput, AddOutput, add_command, make_ext
+
+
+class FailInput(BaseModel):
+    error: str
+    kind: str
+
+
+ERRORS = {"CommandError": CommandError, "AdmissionError": AdmissionError, "StateError": StateError}
+
+
+def fail(ctx: Any, conversation_id: str, data: FailInput) -> None:
+    ctx.collection("item").put({"key": "rolled-back"})
+    raise ERRORS[data.error](data.kind, f"{data.error} {data.kind} happened")
+
+
+def crash(ctx: Any, conversation_id: str, data: Any) -> None:
+    ctx.collection("item").put({"key": "rolled-back"})
+    raise RuntimeError("kaboom")
+
+
+def busy(ctx: Any, conversation_id: str, data: Any) -> None:
+    raise Retry(7.5, "upstream busy")
+
+
+def stats(ctx: Any, data: Any) -> dict[str, Any]:
+    return {"items": len(ctx.collection("item").page()), "caller": ctx.caller.username}
+
+
+def notes(**overrides: Any):
+    commands = {
+        "add": (
+            {
+                "scope": "conversation",
+                "input": AddInput,
+                "output": AddOutput,
+            },
+            add_command,
+        ),
+        "fail": ({"scope": "conversation", "input": FailInput}, fail),
+        "crash": ({"scope": "conversation"}, crash),
+        "retry": ({"scope": "conversation"}, busy),
+        "bad-output": (
+            {"scope": "conversation", "output": AddOutput},
+            lambda ctx, cid, data: {"wrong": 1},
+        ),
+        "not-json": ({"scope": "global"}, lambda ctx, data: {1, 2}),
+        "stats": ({"scope": "global"}, stats),
+        "reset": ({"scope": "global", "admin_only": True}, lambda ctx, data: {"reset": True}),
+        "ghost": ({"scope": "conversation"}, None),
+    }
+    return make_ext("notes", commands=commands, **overrides)
+
+
+@pytest.fixture
+def setup(install, conversation, owner):
+    install(notes(), make_ext("other", grants={"state", "projection"}))
+    conversation("c1")
+    return owner
+
+
+def url(name: str, cid: str | None = "c1", ext: str = "notes") -> str:
+    if cid is None:
+        return f"/v1/extensions/{ext}/commands/{name}"
+    return f"/v1/conversations/{cid}/extensions/{ext}/commands/{name}"
+
+
+def error_of(response: Any) -> tuple[int, str, str, str]:
+    error = response.json()["error"]
+    return response.status_code, error["category"], error["cause"], error["message"]
+
+
+def test_a_conversation_command_runs_in_a_frame_and_returns_its_output(setup, api):
+    client = api(setup)
+
+    response = client.post(url("add"), {"key": "k", "n": 5}, format="json")
+
+    assert response.status_code == 200
+    assert response.json() == {"key": "k", "total": 5}
+    assert ExtensionRecord.objects.get(extension_id="notes").key == "k"
+    assert Conversation.objects.get(pk="c1").version == 1
+
+
+def test_a_global_command_runs_with_the_caller(setup, api):
+    response = api(setup).post(url("stats", None), {}, format="json")
+
+    assert response.status_code == 200
+    assert response.json() == {"items": 0, "caller": "owner"}
+
+
+def test_typed_command_error_conflict_is_409_and_the_extension_keeps_running(setup, api):
+    client = api(setup)
+    client.post(url("add"), {"key": "k", "n": 100}, format="json")
+
+    response = client.post(url("add"), {"key": "k", "n": 1}, format="json")
+
+    assert error_of(response) == (409, "store", "conflict", "Total is over 100")
+    assert roster("notes").status == ExtensionStatus.RUNNING
+    assert ExtensionRecord.objects.get(key="k").value == '{"key":"k","n":100,"tag":"c1","blob":""}'
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "status", "category", "cause"),
+    [
+        ("CommandError", "invalid", 400, "contract", "invalid"),
+        ("CommandError", "conflict", 409, "store", "conflict"),
+        ("CommandError", "not_found", 404, "store", "not_found"),
+        ("CommandError", "rejected", 422, "extensions", "rejected"),
+        ("AdmissionError", "invalid", 400, "contract", "invalid"),
+        ("AdmissionError", "conflict", 409, "contract", "conflict"),
+        ("AdmissionError", "closed", 409, "contract", "closed"),
+        ("AdmissionError", "throttled", 429, "limit", "throttled"),
+        ("StateError", "bound", 400, "contract", "invalid"),
+        ("StateError", "conflict", 409, "store", "conflict"),
+        ("StateError", "encode", 503, "store", "unavailable"),
+        ("StateError", "decode", 503, "store", "unavailable"),
+        ("StateError", "unavailable", 503, "store", "unavailable"),
+    ],
+)
+def test_typed_failures_map_without_a_stop(setup, api, error, kind, status, category, cause):
+    response = api(setup).post(url("fail"), {"error": error, "kind": kind}, format="json")
+
+    assert error_of(response) == (status, category, cause, f"{error} {kind} happened")
+    assert roster("notes").status == ExtensionStatus.RUNNING
+    assert not ExtensionRecord.objects.exists()
+
+
+def test_retry_is_503_with_retry_after(setup, api):
+    response = api(setup).post(url("retry"), {}, format="json")
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "8"
+    assert response.json()["error"]["message"] == "Extension notes asked to retry: upstream busy"
+    assert roster("notes").status == ExtensionStatus.RUNNING
+
+
+def test_a_defect_stops_the_extension_and_answers_503_with_the_reason(setup, api):
+    response = api(setup).post(url("crash"), {}, format="json")
+
+    assert error_of(response) == (
+        503,
+        "extensions",
+        "unavailable",
+        "Extension notes is stopped: command crash defect: kaboom",
+    )
+    assert roster("notes").reason == "command crash defect: kaboom"
+    assert not ExtensionRecord.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("bad-output", "command bad-output defect: Extension command output is invalid"),
+        ("not-json", "command not-json defect: Extension command result is not JSON"),
+    ],
+)
+def test_an_invalid_command_result_is_a_defect(setup, api, name, reason):
+    cid = None if name == "not-json" else "c1"
+
+    response = api(setup).post(url(name, cid), {}, format="json")
+
+    assert response.status_code == 503
+    assert roster("notes").reason == reason
+
+
+# --- the check order and errors of spec 04, one row each ---------------------------------------
+
+
+def test_missing_conversation_is_404(setup, api):
+    response = api(setup).post(url("add", "nope"), {"key": "k"}, format="json")
+
+    assert error_of(response) == (404, "store", "not_found", "Conversation not found")
+
+
+def test_unreadable_conversation_is_404_before_anything_else(setup, api, outsider):
+    response = api(outsider).post(url("unknown-command", ext="ghost-ext"), {}, format="json")
+
+    assert error_of(response) == (404, "store", "not_found", "Conversation not found")
+
+
+def test_readable_but_not_writable_conversation_is_403(setup, api, member):
+    Conversation.objects.filter(pk="c1").update(sharing="users")
+
+    response = api(member).post(url("add"), {"key": "k"}, format="json")
+
+    assert error_of(response)[:3] == (403, "auth", "forbidden")
+
+
+def test_an_extension_not_granted_commands_is_503_unavailable(setup, api):
+    response = api(setup).post(url("add", ext="other"), {}, format="json")
+
+    assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")
+
+
+def test_an_unknown_extension_is_503_unavailable(setup, api):
+    response = api(setup).post(url("add", ext="ghost-ext"), {}, format="json")
+
+    assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")
+
+
+def test_grants_not_admitted_by_staff_are_503_unavailable(
+    install, conversation, api, owner, settings
+):
+    settings.HOST_AUTO_ADMIT = False
+    install(notes())
+    conversation("c1")
+
+    response = api(owner).post(url("add"), {"key": "k"}, format="json")
+
+    assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")
+
+
+def test_a_stopped_extension_is_503_with_its_reason(setup, api):
+    client = api(setup)
+    client.post(url("crash"), {}, format="json")
+
+    response = client.post(url("add"), {"key": "k"}, format="json")
+
+    assert error_of(response) == (
+        503,
+        "extensions",
+        "unavailable",
+        "Extension notes is stopped: command crash defect: kaboom",
+    )
+
+
+def test_an_unknown_command_is_400(setup, api):
+    response = api(setup).post(url("nope"), {}, format="json")
+
+    assert error_of(response) == (400, "contract", "invalid", "Extension command is unknown")
+
+
+def test_a_command_called_in_the_wrong_scope_is_400_unknown(setup, api):
+    client = api(setup)
+
+    as_global = client.post(url("add", None), {"key": "k"}, format="json")
+    as_conversation = client.post(url("stats"), {}, format="json")
+
+    assert error_of(as_global) == (400, "contract", "invalid", "Extension command is unknown")
+    assert error_of(as_conversation) == (400, "contract", "invalid", "Extension command is unknown")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"key": "k", "extra": 1}, "extra"),
+        ({"key": "k", "n": "many"}, "n"),
+        ({}, "key"),
+        ({"key": ""}, "key"),
+    ],
+)
+def test_input_that_does_not_validate_is_400_with_field_details(setup, api, body, field):
+    response = api(setup).post(url("add"), body, format="json")
+
+    assert error_of(response) == (400, "contract", "invalid", "Extension command input is invalid")
+    assert field in response.json()["error"]["details"]
+    assert not ExtensionRecord.objects.exists()
+
+
+def test_a_body_that_is_not_an_object_is_400_invalid_input(setup, api):
+    response = api(setup).post(url("add"), [1, 2], format="json")
+
+    assert error_of(response) == (400, "contract", "invalid", "Extension command input is invalid")
+
+
+def test_a_declared_command_without_handler_stops_the_extension(setup, api):
+    response = api(setup).post(url("ghost"), {}, format="json")
+
+    assert error_of(response) == (
+        503,
+        "extensions",
+        "unavailable",
+        "Extension notes is stopped: command ghost has no handler",
+    )
+    row = roster("notes")
+    assert (row.status, row.reason, row.failing_hook) == (
+        ExtensionStatus.STOPPED,
+        "command ghost has no handler",
+        "command ghost",
+    )
+
+
+def test_global_commands_need_an_authenticated_principal(setup, api):
+    response = api(None).post(url("stats", None), {}, format="json")
+
+    assert error_of(response)[:3] == (401, "auth", "unauthenticated")
+
+
+def test_an_admin_only_command_is_403_for_others_and_runs_for_staff(setup, api, staff):
+    assert error_of(api(setup).post(url("reset", None), {}, format="json"))[:3] == (
+        403,
+        "auth",
+        "forbidden",
+    )
+    response = api(staff).post(url("reset", None), {}, format="json")
+    assert (response.status_code, response.json()) == (200, {"reset": True})
+
+
+# --- idempotency ----------------------------------------------------------------------------
+
+
+def test_a_retry_with_the_same_idempotency_key_returns_the_stored_result(setup, api):
+    client = api(setup)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "req-1"}
+
+    first = client.post(url("add"), {"key": "k", "n": 5}, format="json", **headers)
+    again = client.post(url("add"), {"key": "k", "n": 5}, format="json", **headers)
+
+    assert first.json() == again.json() == {"key": "k", "total": 5}
+    assert again["Idempotent-Replayed"] == "true"
+    assert ExtensionRecord.objects.get(key="k").value.startswith('{"key":"k","n":5,')
+
+
+def test_the_same_idempotency_key_with_another_body_is_409(setup, api):
+    client = api(setup)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "req-1"}
+    client.post(url("add"), {"key": "k", "n": 5}, format="json", **headers)
+
+    response = client.post(url("add"), {"key": "k", "n": 6}, format="json", **headers)
+
+    assert error_of(response) == (
+        409,
+        "contract",
+        "conflict",
+        "Idempotency key was used with a different request",
+    )
+
+
+def test_a_failed_command_is_not_stored_under_its_idempotency_key(setup, api):
+    client = api(setup)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "req-2"}
+    client.post(url("add"), {"key": "k", "n": 100}, format="json")
+
+    failed = client.post(url("add"), {"key": "k", "n": 1}, format="json", **headers)
+    repeated = client.post(url("add"), {"key": "k", "n": 1}, format="json", **headers)
+
+    assert failed.status_code == repeated.status_code == 409
+    assert "Idempotent-Replayed" not in repeated
+
+
+def test_an_idempotency_key_over_256_characters_is_400(setup, api):
+    response = api(setup).post(
+        url("add"), {"key": "k"}, format="json", HTTP_IDEMPOTENCY_KEY="k" * 257
+    )
+
+    assert response.status_code == 400

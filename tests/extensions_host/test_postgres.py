@@ -1,0 +1,188 @@
+"""Concurrency on real PostgreSQL with separate connections (threads): stops are honoured
+everywhere, a stop waits for frames in flight, transient database errors never stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+from extensions_host.models import ExtensionRecord, ExtensionStatus
+from extensions_host.runtime import extension_stop, run_frame
+from extensions_host.services.roster import roster_sync
+
+from .conftest import fire_timer, roster
+from .exts import Item, make_ext
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run `fn` on its own thread (its own database connection)."""
+    results: list[Any] = []
+
+    def run() -> None:
+        try:
+            results.append(fn())
+        except BaseException as exc:
+            results.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, results
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def someone_waits_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_stop_committed_on_one_connection_is_honoured_by_the_next_frame_on_another(install):
+    calls: list[str] = []
+    install(make_ext("alpha", on_timer=lambda ctx, timer: calls.append(timer.key)))
+    assert fire_timer("alpha", key="before").ok
+
+    thread, results = in_thread(
+        lambda: extension_stop(extension_id="alpha", hook="on_timer", reason="stopped elsewhere")
+    )
+    thread.join(timeout=30)
+    assert results[0].applied
+
+    outcome = fire_timer("alpha", key="after")
+
+    assert outcome.skip == "stopped"
+    assert outcome.reason == "stopped elsewhere"
+    assert calls == ["before"]
+
+
+def test_a_stop_waits_for_an_in_flight_frame_and_no_frame_starts_after_it(install):
+    started, release = threading.Event(), threading.Event()
+
+    def slow(ctx: Any, timer: Any) -> None:
+        ctx.collection("item").put(Item(key="in-flight"))
+        started.set()
+        assert release.wait(timeout=20)
+
+    install(make_ext("alpha", on_timer=slow))
+    frame_thread, frame_result = in_thread(lambda: fire_timer("alpha"))
+    assert started.wait(timeout=20)
+
+    stop_thread, stop_result = in_thread(
+        lambda: extension_stop(extension_id="alpha", hook="staff", reason="stop now")
+    )
+    wait_until(someone_waits_for_a_lock)  # the stop's FOR UPDATE queues behind the FOR SHARE
+    assert stop_thread.is_alive() and not stop_result
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+    release.set()
+    frame_thread.join(timeout=30)
+    stop_thread.join(timeout=30)
+
+    assert frame_result[0].ok  # the in-flight frame committed its work
+    assert stop_result[0].applied
+    assert list(ExtensionRecord.objects.values_list("key", flat=True)) == ["in-flight"]
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert fire_timer("alpha").skip == "stopped"
+
+
+def test_a_deadlock_inside_frames_is_retried_and_stops_nothing(install):
+    barrier = threading.Barrier(2, timeout=20)
+    attempts: dict[str, int] = {"x-then-y": 0, "y-then-x": 0}
+
+    def crossing(name: str, first: str, second: str) -> Callable[[Any], None]:
+        def body(ctx: Any) -> None:
+            attempts[name] += 1
+            items = ctx.collection("item")
+            items.put(Item(key=first, n=attempts[name]))
+            if attempts[name] == 1:
+                barrier.wait()  # each frame holds one row and now wants the other's
+            items.put(Item(key=second, n=attempts[name]))
+
+        return body
+
+    install(make_ext("alpha"))
+    bodies = [crossing(name, *name.split("-then-")) for name in attempts]
+    threads = [
+        in_thread(
+            lambda body=body: run_frame(
+                extension_id="alpha", hook="on_timer", boundary="worker", call=body
+            )
+        )
+        for body in bodies
+    ]
+    for thread, _ in threads:
+        thread.join(timeout=60)
+
+    outcomes = [result[0] for _, result in threads]
+    assert [o.status for o in outcomes] == ["ok", "ok"], outcomes
+    assert sorted(attempts.values()) == [1, 2]  # PostgreSQL broke the deadlock; one retried
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert sorted(ExtensionRecord.objects.values_list("key", flat=True)) == ["x", "y"]
+
+
+def test_a_serialization_failure_inside_a_frame_is_retried_and_stops_nothing(install):
+    attempts: list[int] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        attempts.append(1)
+        ctx.collection("item").put(Item(key="k", n=len(attempts)))
+        if len(attempts) == 1:
+            with connection.cursor() as cursor:  # a real 40001 from the server
+                cursor.execute(
+                    "DO $$ BEGIN RAISE EXCEPTION 'could not serialize' "
+                    "USING ERRCODE = 'serialization_failure'; END $$"
+                )
+
+    install(make_ext("alpha", on_timer=hook))
+
+    outcome = fire_timer("alpha")
+
+    assert outcome.ok
+    assert len(attempts) == 2
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert ExtensionRecord.objects.get().value.startswith('{"key":"k","n":2')
+
+
+def test_a_postgres_statement_timeout_is_the_hooks_deadline(install):
+    def hook(ctx: Any, timer: Any) -> None:
+        ctx.collection("item").put(Item(key="k"))
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(10)")
+
+    install(make_ext("alpha", on_timer=hook))
+    thread, result = in_thread(lambda: fire_timer("alpha", deadline_s=0.3))  # no SIGALRM here
+    thread.join(timeout=30)
+
+    assert result[0].reason == "on_timer exceeded its deadline"
+    assert result[0].elapsed_s < 5
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert not ExtensionRecord.objects.exists()
+
+
+def test_concurrent_syncs_are_serialised(install):
+    install(make_ext("alpha"), sync=False)
+    threads = [in_thread(roster_sync) for _ in range(4)]
+    for thread, _ in threads:
+        thread.join(timeout=60)
+
+    results = [result[0] for _, result in threads]
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert sum(len(r.installed) for r in results) == 1
+    assert roster("alpha").status == ExtensionStatus.RUNNING

@@ -1,0 +1,317 @@
+"""The roster: sync, admission, restart, uninstall, resume and auto-resume (spec 02 §2, §3,
+§7)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from core.models import AuditEntry
+from extensions_host import registry
+from extensions_host.models import DocumentDeclaration, ExtensionRecord, ExtensionStatus
+from extensions_host.runtime import forget_activations, run_frame
+from extensions_host.services.roster import (
+    extension_admit_grants,
+    extension_resume,
+    roster_auto_resume_due,
+)
+
+from .conftest import fire_timer, roster
+from .exts import make_ext, put_item
+
+
+def failing(ctx: Any, timer: Any) -> None:
+    raise RuntimeError("boom")
+
+
+def test_sync_installs_new_extensions_running_with_their_grants_admitted(install):
+    install(make_ext("alpha", grants={"state", "timers"}))
+
+    row = roster("alpha")
+    loaded = registry.get("alpha")
+    assert row.status == ExtensionStatus.RUNNING
+    assert (row.version, row.revision, row.fingerprint) == (
+        "1.0.0",
+        loaded.revision,
+        loaded.fingerprint,
+    )
+    assert row.requested_grants == row.admitted_grants == ["state", "timers"]
+    assert row.state_version == 1
+    assert list(DocumentDeclaration.objects.values_list("name", "max_bytes", "fork")) == [
+        ("pad", 256, "copy")
+    ]
+    service_user = get_user_model().objects.get(username="ext:alpha")
+    assert not service_user.has_usable_password()
+
+
+def test_without_auto_admit_grants_wait_for_staff_and_gate_hooks(install, settings):
+    settings.HOST_AUTO_ADMIT = False
+    install(make_ext("alpha", grants={"state", "timers", "commands"}))
+
+    row = roster("alpha")
+    assert row.admitted_grants == []
+    assert row.pending_grants == ["commands", "state", "timers"]
+
+    extension_admit_grants(extension_id="alpha", grants=["state", "timers"], actor="staff")
+
+    row = roster("alpha")
+    assert row.admitted_grants == ["state", "timers"]
+    assert row.pending_grants == ["commands"]
+    assert AuditEntry.objects.filter(action="extension_grants_admitted", actor="staff").exists()
+
+
+def test_staff_cannot_admit_a_grant_that_was_not_requested(install):
+    from core.errors import HostError
+
+    install(make_ext("alpha", grants={"state"}))
+
+    with pytest.raises(HostError) as raised:
+        extension_admit_grants(extension_id="alpha", grants=["send"], actor="staff")
+    assert raised.value.cause == "invalid"
+    assert roster("alpha").admitted_grants == ["state"]
+
+
+def test_a_stop_survives_a_process_restart_and_a_new_version_runs_again(install):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+    stopped = roster("alpha")
+
+    # restart the process: forget what was loaded, load the same code, re-open the roster
+    registry.reset()
+    forget_activations()
+    install(make_ext("alpha", on_timer=failing))
+
+    row = roster("alpha")
+    assert row.status == ExtensionStatus.STOPPED
+    assert (row.reason, row.stopped_at, row.failing_hook) == (
+        stopped.reason,
+        stopped.stopped_at,
+        stopped.failing_hook,
+    )
+    assert fire_timer("alpha").skip == "stopped"
+
+    install(make_ext("alpha", version="1.0.1", on_timer=put_item("after-upgrade")))
+
+    row = roster("alpha")
+    assert row.status == ExtensionStatus.RUNNING
+    assert row.reason == "" and row.stopped_at is None
+    assert row.last_error == stopped.reason  # kept for staff
+    assert fire_timer("alpha").ok
+
+
+def test_a_changed_contract_is_a_new_revision_and_a_same_contract_is_not(install):
+    install(make_ext("alpha"))
+    first = roster("alpha").revision
+
+    install(make_ext("alpha"))
+    assert roster("alpha").revision == first
+
+    install(make_ext("alpha", pad_max_bytes=512))
+    assert roster("alpha").revision != first
+
+
+def test_an_extension_no_longer_installed_is_uninstalled_keeps_its_data_and_runs_nothing(
+    install,
+):
+    alpha = make_ext("alpha", on_timer=put_item("kept"))
+    install(alpha, make_ext("beta"))
+    fire_timer("alpha")
+
+    install(make_ext("beta"))
+
+    assert roster("alpha").status == ExtensionStatus.UNINSTALLED
+    assert list(
+        ExtensionRecord.objects.filter(extension_id="alpha").values_list("key", flat=True)
+    ) == ["kept"]
+    with registry.installed(alpha):  # an old process still has the code
+        assert fire_timer("alpha").skip == "uninstalled"
+
+    install(alpha)  # reinstalled
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_sync_roster_command_loads_host_extensions_and_reports(db, settings):
+    settings.HOST_EXTENSIONS = ["tests.extensions_host.installed:notes"]
+    registry.reset()
+    out = StringIO()
+    try:
+        call_command("sync_roster", stdout=out)
+    finally:
+        registry.reset()
+
+    assert "installed notes" in out.getvalue()
+    assert roster("notes").status == ExtensionStatus.RUNNING
+
+
+def test_sync_roster_command_fails_clearly_on_a_load_error(db, settings):
+    settings.HOST_EXTENSIONS = ["tests.extensions_host.installed:missing_attribute"]
+    registry.reset()
+    try:
+        with pytest.raises(CommandError, match="has no attribute 'missing_attribute'"):
+            call_command("sync_roster", stdout=StringIO())
+    finally:
+        registry.reset()
+
+
+# --- resume ----------------------------------------------------------------------------------
+
+
+def test_resume_runs_again_clears_the_reason_and_is_audited(install):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+
+    row = extension_resume(extension_id="alpha", actor="staff")
+
+    assert row.status == ExtensionStatus.RUNNING
+    assert row.reason == "" and row.failing_hook == "" and row.stopped_at is None
+    assert row.last_error == "on_timer defect: boom"
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert AuditEntry.objects.filter(action="extension_resumed", actor="staff").count() == 1
+
+
+def test_resume_of_a_running_extension_is_a_no_op(install):
+    install(make_ext("alpha"))
+    before = roster("alpha")
+
+    row = extension_resume(extension_id="alpha", actor="staff")
+
+    assert row.status == ExtensionStatus.RUNNING
+    assert row.activation_epoch == before.activation_epoch
+    assert not AuditEntry.objects.filter(action="extension_resumed").exists()
+
+
+def test_manage_py_resume_extension(install):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+    out = StringIO()
+
+    call_command("resume_extension", "alpha", stdout=out)
+
+    assert out.getvalue().strip() == "alpha is running"
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    with pytest.raises(CommandError):
+        call_command("resume_extension", "ghost", stdout=out)
+
+
+def minutes(n: float) -> dt.timedelta:
+    return dt.timedelta(minutes=n)
+
+
+def test_auto_resume_after_1_5_and_30_minutes_then_it_stays_stopped(install, fake_clock):
+    install(make_ext("alpha", on_timer=failing))
+
+    for attempt, backoff in enumerate([1, 5, 30]):
+        fire_timer("alpha")
+        row = roster("alpha")
+        assert row.status == ExtensionStatus.STOPPED
+        assert row.restart_count == attempt
+        assert row.next_auto_resume_at == row.stopped_at + minutes(backoff)
+
+        fake_clock.advance(seconds=backoff * 60 - 1)
+        assert roster_auto_resume_due() == []
+        assert roster("alpha").status == ExtensionStatus.STOPPED
+        fake_clock.advance(seconds=1)
+        assert roster_auto_resume_due() == ["alpha"]
+        assert roster("alpha").status == ExtensionStatus.RUNNING
+        assert roster("alpha").restart_count == attempt + 1
+
+    fire_timer("alpha")  # the fourth stop: three attempts are spent
+    row = roster("alpha")
+    assert row.next_auto_resume_at is None
+    fake_clock.advance(seconds=24 * 3600)
+    assert roster_auto_resume_due() == []
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert AuditEntry.objects.filter(action="extension_auto_resumed").count() == 3
+
+    # a staff resume resets the count: the next stop is auto-resumed after 1 minute again
+    extension_resume(extension_id="alpha", actor="staff")
+    assert roster("alpha").restart_count == 0
+    fire_timer("alpha")
+    row = roster("alpha")
+    assert row.next_auto_resume_at == row.stopped_at + minutes(1)
+
+
+def test_a_new_revision_resets_the_auto_resume_count(install, fake_clock):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+    fake_clock.advance(seconds=60)
+    roster_auto_resume_due()
+    assert roster("alpha").restart_count == 1
+
+    install(make_ext("alpha", version="2", on_timer=failing))
+
+    assert roster("alpha").restart_count == 0
+
+
+def test_auto_resume_can_be_turned_off_per_extension(install, fake_clock):
+    install(make_ext("alpha", on_timer=failing))
+    row = roster("alpha")
+    row.auto_resume = False
+    row.save()
+
+    fire_timer("alpha")
+    fake_clock.advance(seconds=3600)
+
+    assert roster("alpha").next_auto_resume_at is None
+    assert roster_auto_resume_due() == []
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+
+def test_the_auto_resume_task_runs_the_sweep(install, fake_clock):
+    from extensions_host.tasks import auto_resume_sweep
+
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+    fake_clock.advance(seconds=61)
+
+    auto_resume_sweep()
+
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_resume_reattempts_a_failed_migration_and_stays_stopped_if_it_fails_again(install):
+    from pydantic import BaseModel
+
+    from extensions_host.sdk import Collection, Extension
+
+    class V(BaseModel):
+        k: str
+
+    def boom(row: dict[str, Any]) -> list[dict[str, Any]]:
+        raise ValueError("still broken")
+
+    install(
+        Extension(
+            id="m",
+            version="1",
+            grants={"state"},
+            state_version=1,
+            collections={"v": Collection(V, key=lambda v: v.k)},
+        )
+    )
+    assert run_frame(
+        extension_id="m", hook="test", call=lambda ctx: ctx.collection("v").put(V(k="one"))
+    ).ok
+    install(
+        Extension(
+            id="m",
+            version="2",
+            grants={"state"},
+            state_version=2,
+            collections={"v": Collection(V, key=lambda v: v.k)},
+            migrations={1: boom},
+        )
+    )
+    assert roster("m").status == ExtensionStatus.STOPPED
+
+    row = extension_resume(extension_id="m", actor="staff")
+
+    assert row.status == ExtensionStatus.STOPPED
+    assert row.reason == "migration: state migration from version 1 failed: still broken"
+    assert roster("m").state_version == 1
