@@ -9,12 +9,21 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
 app = Celery("hyphae")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _sync_roster_at_worker_start(**kwargs: object) -> None:
+    from config.startup import process_start
+
+    process_start()
+
 
 TICK = float(os.environ.get("CELERY_BEAT_INTERVAL_SECONDS", "1"))
 

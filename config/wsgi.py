@@ -6,3 +6,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 application = get_wsgi_application()
+
+from config.startup import process_start  # noqa: E402
+
+process_start()
