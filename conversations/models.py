@@ -44,6 +44,16 @@ class Conversation(TimestampedModel):
             # the conversation list, newest activity first
             models.Index(fields=["-last_activity_at", "id"], name="conv_activity_idx"),
             models.Index(fields=["owner", "-last_activity_at"], name="conv_owner_activity_idx"),
+            # consumed by the retention sweep (services.conversations_retention_sweep): only
+            # archived rows are ever candidates, so the index stays small
+            models.Index(
+                fields=["archived_at"], name="conv_retention_idx", condition=Q(archived=True)
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(sharing__in=Sharing.values), name="conversation_sharing_valid"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -70,7 +80,8 @@ class Entry(models.Model):
     submission = models.OneToOneField(
         "Submission", null=True, blank=True, on_delete=models.SET_NULL, related_name="entry"
     )
-    entry_key = models.CharField(max_length=128, null=True, blank=True)
+    # NULL, not "": the unique constraint below only covers appends that gave a key
+    entry_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     withdrawn = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -79,7 +90,8 @@ class Entry(models.Model):
         verbose_name_plural = "entries"
         constraints = [
             models.UniqueConstraint(
-                fields=["run", "entry_key"], name="entry_key_unique_per_run",
+                fields=["run", "entry_key"],
+                name="entry_key_unique_per_run",
                 condition=Q(entry_key__isnull=False),
             ),
         ]
@@ -116,7 +128,10 @@ class Submission(TimestampedModel):
     not_before = models.DateTimeField(null=True, blank=True)
     origin_kind = models.CharField(max_length=16, choices=OriginKind.choices)
     origin_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
     )
     origin_extension_id = models.CharField(max_length=64, blank=True, default="")
@@ -141,8 +156,14 @@ class Submission(TimestampedModel):
         indexes = [
             # the claim query: queued submissions per conversation, in admission order
             models.Index(
-                fields=["conversation", "id"], name="submission_queued_idx",
+                fields=["conversation", "id"],
+                name="submission_queued_idx",
                 condition=Q(status="queued"),
+            ),
+            # consumed by claim-any (services.run_claim without a conversation): the oldest
+            # queued submissions across all conversations, in admission order
+            models.Index(
+                fields=["id"], name="submission_queue_fifo_idx", condition=Q(status="queued")
             ),
         ]
 
@@ -183,7 +204,8 @@ class Run(TimestampedModel):
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["conversation"], condition=Q(status="claimed"),
+                fields=["conversation"],
+                condition=Q(status="claimed"),
                 name="one_unsettled_run_per_conversation",
             ),
             models.CheckConstraint(
@@ -211,3 +233,6 @@ class SettledCounter(models.Model):
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="settled_counter_singleton")]
+
+    def __str__(self) -> str:
+        return f"settled sequence at {self.value}"

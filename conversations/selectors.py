@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+import re
+from dataclasses import dataclass
+from typing import Any
 
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+
+from conversations.models import (
+    Conversation,
+    Delivery,
+    Entry,
+    Outcome,
+    Run,
+    RunStatus,
+    Sharing,
+    Submission,
+    SubmissionStatus,
+)
+from core import clock
 from core.access import Access, access_of
 from core.auth import Principal
 from core.errors import MSG_FORBIDDEN, HostError
-from conversations.models import Conversation, Sharing
 
 MSG_CONVERSATION_NOT_FOUND = "Conversation not found"
+MSG_RUN_NOT_FOUND = "Run not found"
+_CONVERSATION_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
+PG_BIGINT_MAX = 2**63 - 1
+SETTLED_BATCH_MAX = 1000
 
 
 def conversation_access(*, principal: Principal, conversation: Conversation) -> Access:
@@ -25,7 +44,10 @@ def conversation_get(
     before any other check; then a readable one the principal may not write answers 403.
     Unauthenticated writes are refused by the view's permission before this runs.
     """
-    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    # an id that cannot exist is simply not found (and never reaches the database: a NUL in it
+    # would be a driver error, not an answer)
+    valid = isinstance(conversation_id, str) and _CONVERSATION_ID.match(conversation_id)
+    conversation = Conversation.objects.filter(pk=conversation_id).first() if valid else None
     if conversation is None:
         raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)
     access = conversation_access(principal=principal, conversation=conversation)
@@ -48,4 +70,186 @@ def conversations_visible(*, principal: Principal) -> QuerySet[Conversation]:
     return qs.filter(sharing=Sharing.PUBLIC)
 
 
-__all__ = ["conversation_access", "conversation_get", "conversations_visible"]
+def conversation_head(*, conversation_id: str) -> int | None:
+    """The conversation's head: its newest entry id (None while the transcript is empty)."""
+    return (
+        Entry.objects.filter(conversation_id=conversation_id)
+        .order_by("-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def conversation_busy(*, conversation_id: str) -> bool:
+    """Busy: a run is claimed and not settled."""
+    return Run.objects.filter(conversation_id=conversation_id, status=RunStatus.CLAIMED).exists()
+
+
+def _with_head_and_busy(qs: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    # served by entry_conv_idx and the one_unsettled_run_per_conversation partial index
+    head = Entry.objects.filter(conversation_id=OuterRef("pk")).order_by("-pk").values("pk")[:1]
+    busy = Run.objects.filter(conversation_id=OuterRef("pk"), status=RunStatus.CLAIMED)
+    return qs.select_related("owner").annotate(head=Subquery(head), busy=Exists(busy))
+
+
+def conversation_view(*, principal: Principal, conversation_id: str) -> Conversation:
+    """A readable conversation with `head`, `busy` and `access` for the conversation view."""
+    conversation = conversation_get(principal=principal, conversation_id=conversation_id)
+    viewed = _with_head_and_busy(Conversation.objects.filter(pk=conversation.pk)).get()
+    viewed.access = conversation_access(principal=principal, conversation=viewed)
+    return viewed
+
+
+def conversations_list(
+    *, principal: Principal, owner: str | None = None, archived: bool | None = None
+) -> QuerySet[Conversation]:
+    """The principal's visible conversations, newest activity first (the caller paginates).
+
+    `owner`: "me", a user id, or a username.
+    """
+    qs = conversations_visible(principal=principal)
+    if owner == "me":
+        qs = qs.filter(owner_id=principal.user_id)
+    elif owner is not None and owner.isascii() and owner.isdigit() and int(owner) <= PG_BIGINT_MAX:
+        qs = qs.filter(owner_id=int(owner))
+    elif owner is not None:
+        qs = qs.filter(owner__username=owner)
+    if archived is not None:
+        qs = qs.filter(archived=archived)
+    return _with_head_and_busy(qs)
+
+
+def entries_of(*, conversation_id: str) -> QuerySet[Entry]:
+    """A conversation's transcript in order (the caller paginates)."""
+    return Entry.objects.filter(conversation_id=conversation_id)
+
+
+def run_get(*, principal: Principal, run_id: int) -> Run:
+    """A run for the runtime (any run) or for a reader of its conversation (404 otherwise)."""
+    run = Run.objects.filter(pk=run_id).first() if 0 < run_id <= PG_BIGINT_MAX else None
+    if run is None:
+        raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
+    if not principal.is_runtime:
+        try:
+            conversation_get(principal=principal, conversation_id=run.conversation_id)
+        except HostError as exc:
+            raise HostError("store", "not_found", MSG_RUN_NOT_FOUND) from exc
+    return run
+
+
+def run_inputs(*, run_id: int) -> list[Submission]:
+    """A run's input submissions in admission order (steers taken into it included)."""
+    return list(Submission.objects.select_related("entry").filter(run_id=run_id).order_by("pk"))
+
+
+def run_has_pending_steer(*, run: Run) -> bool:
+    """A steer submission is waiting for the live run to take it (`POST /v1/runs/{id}/steers`)."""
+    now = clock.now()
+    return (
+        Submission.objects.filter(
+            conversation_id=run.conversation_id,
+            status=SubmissionStatus.QUEUED,
+            delivery=Delivery.STEER,
+        )
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+        .exists()
+    )
+
+
+def entry_text(content: Any) -> str:
+    """The text blocks of an entry's content, concatenated."""
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        part["text"]
+        for part in content
+        if isinstance(part, dict)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    )
+
+
+@dataclass(frozen=True)
+class RunSettledEvent:
+    """What settled-run consumers receive (spec 01). `input_texts` is position-paired with
+    `inputs`: a withdrawn or unresolvable input contributes ""."""
+
+    sequence: int
+    conversation_id: str
+    run_id: int
+    inputs: tuple[int, ...]
+    input_texts: tuple[str, ...]
+    outcome: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "conversation_id": self.conversation_id,
+            "run_id": self.run_id,
+            "inputs": list(self.inputs),
+            "input_texts": list(self.input_texts),
+            "outcome": self.outcome,
+        }
+
+
+def run_settled_events(*, after: int, limit: int = 64) -> list[RunSettledEvent]:
+    """Settled runs with sequence > `after`, in sequence order, at most `limit` of them.
+
+    Two queries whatever the batch size: the runs (with answer entries), then their inputs
+    (with entries). Served by the unique index on settled_sequence.
+    """
+    limit = max(1, min(limit, SETTLED_BATCH_MAX))
+    runs = list(
+        Run.objects.filter(settled_sequence__gt=after)
+        .select_related("answer_entry")
+        .defer("capture")
+        .order_by("settled_sequence")[:limit]
+    )
+    return _settled_events(runs)
+
+
+def run_settled_event(*, run_id: int) -> RunSettledEvent | None:
+    run = (
+        Run.objects.filter(pk=run_id, status=RunStatus.SETTLED)
+        .select_related("answer_entry")
+        .defer("capture")
+        .first()
+    )
+    return _settled_events([run])[0] if run is not None else None
+
+
+def _settled_events(runs: list[Run]) -> list[RunSettledEvent]:
+    if not runs:
+        return []
+    inputs: dict[int, list[tuple[int, str]]] = {run.pk: [] for run in runs}
+    rows = (
+        Submission.objects.filter(run_id__in=list(inputs))
+        .order_by("pk")
+        .values_list("run_id", "pk", "status", "entry__withdrawn", "entry__content")
+    )
+    for run_id, submission_id, status, withdrawn, content in rows:
+        resolvable = status != SubmissionStatus.WITHDRAWN and withdrawn is False
+        inputs[run_id].append((submission_id, entry_text(content) if resolvable else ""))
+    events = []
+    for run in runs:
+        if run.outcome == Outcome.ANSWERED:
+            answer = run.answer_entry.content if run.answer_entry is not None else []
+            outcome: dict[str, Any] = {
+                "status": Outcome.ANSWERED.value,
+                "answer_entry_id": run.answer_entry_id,
+                "answer": {"content": answer},
+            }
+        else:
+            outcome = {"status": Outcome.UNANSWERED.value, "reason": run.reason}
+        pairs = inputs[run.pk]
+        events.append(
+            RunSettledEvent(
+                sequence=run.settled_sequence or 0,
+                conversation_id=run.conversation_id,
+                run_id=run.pk,
+                inputs=tuple(p[0] for p in pairs),
+                input_texts=tuple(p[1] for p in pairs),
+                outcome=outcome,
+            )
+        )
+    return events

@@ -63,6 +63,8 @@ INSTALLED_APPS = [
     "core",
     "conversations",
     "extensions_host",
+    "extensions_host.background",
+    "extensions_host.surfaces",
     "artifacts",
 ]
 
@@ -107,7 +109,9 @@ TEMPLATES = [
 # queue on the lock instead of failing on upgrade.
 
 DATABASES = {
-    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'hyphae.sqlite3'}"),
+    "default": environ.Env.db_url_config(
+        env.str("DATABASE_URL", default="") or f"sqlite:///{VAR_DIR / 'hyphae.sqlite3'}"
+    ),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
@@ -162,6 +166,8 @@ except ValueError as exc:
 HOST_PROXY_ADMIN_GROUP = env.str("HOST_PROXY_ADMIN_GROUP", default="admin")
 HOST_AUTO_ADMIT = env_bool("HOST_AUTO_ADMIT", True)
 HOST_EXTENSIONS = env.list("HOST_EXTENSIONS", default=[])
+# Each web/worker process syncs the roster at start (deploys also run `manage.py sync_roster`).
+HOST_SYNC_AT_START = env_bool("HOST_SYNC_AT_START", True)
 HOST_PUBLIC_URL = env.str("HOST_PUBLIC_URL", default="")
 HOST_DATA_DIR = Path(env.str("HOST_DATA_DIR", default=str(VAR_DIR / "data")))
 HOST_MAX_BODY_BYTES = env_int("HOST_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
@@ -218,6 +224,7 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 elif CELERY_BROKER_URL.startswith("redis"):
@@ -262,3 +269,77 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- conversations: OpenAPI enum names ----------------------------------------------------------
+# Runs, outcomes and submissions each have a `status` with its own choice set; name each enum
+# instead of letting drf-spectacular invent hashed names (and warn).
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "RunStatusEnum": "conversations.models.RunStatus",
+        "OutcomeStatusEnum": "conversations.models.Outcome",
+        "SubmissionStatusEnum": "conversations.models.SubmissionStatus",
+    }
+)
+
+# --- Extension host: hook deadlines, retries, auto-resume, quotas (spec 02 §1, §7) -------------
+# Hook deadlines: 5 s in a request, 30 s in a worker (an extension may override, up to 300 s).
+HOST_HOOK_DEADLINE_REQUEST_MS = env_int("HOST_HOOK_DEADLINE_REQUEST_MS", 5_000, minimum=1)
+HOST_HOOK_DEADLINE_WORKER_MS = env_int("HOST_HOOK_DEADLINE_WORKER_MS", 30_000, minimum=1)
+if max(HOST_HOOK_DEADLINE_REQUEST_MS, HOST_HOOK_DEADLINE_WORKER_MS) > 300_000:
+    raise ImproperlyConfigured("HOST_HOOK_DEADLINE_*_MS must be <= 300000")
+# How many `Retry`s one item may ask for before it counts as a defect.
+HOST_RETRY_LIMIT = env_int("HOST_RETRY_LIMIT", 10, minimum=1)
+# Auto-resume after 1, 5, 30 minutes (3 attempts); staff can also turn it off per extension.
+HOST_AUTO_RESUME = env_bool("HOST_AUTO_RESUME", True)
+# Per-extension quotas; staff may override each per extension in the admin.
+HOST_QUOTAS = {
+    "max_records": env_int("HOST_QUOTA_MAX_RECORDS", 100_000, minimum=1),
+    "max_bytes": env_int("HOST_QUOTA_MAX_BYTES", 256 * 1024 * 1024, minimum=1),
+    "max_timers": env_int("HOST_QUOTA_MAX_TIMERS", 10_000, minimum=1),
+    "max_attention": env_int("HOST_QUOTA_MAX_ATTENTION", 1_024, minimum=1),
+}
+# Name the roster's status enum instead of letting drf-spectacular invent a hashed name.
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {"ExtensionStatusEnum": "extensions_host.models.ExtensionStatus"}
+)
+
+# --- Extension surfaces: send rate, live event stream (spec 04, spec 01 live updates) ----------
+# Per-extension rate of `ctx.send` ("600/min"; "off" disables): over it → AdmissionError(throttled).
+HOST_SEND_RATE = env.str("HOST_SEND_RATE", default="600/min")
+try:
+    from extensions_host.surfaces.rates import parse_rate as _parse_send_rate
+
+    _parse_send_rate(HOST_SEND_RATE)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"HOST_SEND_RATE: {exc}") from exc
+# The SSE stream (served by `uvicorn config.asgi`): poll interval without / with the PostgreSQL
+# LISTEN/NOTIFY wake-up hint, keep-alive comment interval, lifetime before the client
+# reconnects with Last-Event-ID, and the reconnect delay suggested to clients.
+HOST_SSE_POLL_SECONDS = float(env.str("HOST_SSE_POLL_SECONDS", default="0.5"))
+HOST_SSE_POLL_HINTED_SECONDS = float(env.str("HOST_SSE_POLL_HINTED_SECONDS", default="1.0"))
+HOST_SSE_KEEPALIVE_SECONDS = float(env.str("HOST_SSE_KEEPALIVE_SECONDS", default="15"))
+HOST_SSE_LIFETIME_SECONDS = float(env.str("HOST_SSE_LIFETIME_SECONDS", default="300"))
+HOST_SSE_RETRY_MS = env_int("HOST_SSE_RETRY_MS", 1000, minimum=100)
+if not (
+    0 < HOST_SSE_POLL_SECONDS <= 60
+    and 0 < HOST_SSE_POLL_HINTED_SECONDS <= 60
+    and 0 < HOST_SSE_KEEPALIVE_SECONDS <= 3600
+    and 0 < HOST_SSE_LIFETIME_SECONDS <= 86400
+):
+    raise ImproperlyConfigured("HOST_SSE_* intervals must be positive (and bounded)")
+SPECTACULAR_SETTINGS.setdefault(
+    "POSTPROCESSING_HOOKS", ["drf_spectacular.hooks.postprocess_schema_enums"]
+).append("extensions_host.surfaces.schema.add_event_stream")
+
+# --- Background work: timers, settled delivery, lifecycle outbox, jobs (spec 03) ---------------
+# Precise timer wakes are scheduled (Celery eta) at most this far ahead; it must stay well below
+# the broker's visibility timeout, or an eta task could be redelivered before it is due.
+HOST_WAKE_HORIZON_SECONDS = env_int("HOST_WAKE_HORIZON_SECONDS", 60, minimum=1)
+if CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600) <= HOST_WAKE_HORIZON_SECONDS:
+    raise ImproperlyConfigured("HOST_WAKE_HORIZON_SECONDS must be below the visibility timeout")
+# How long one sweep task keeps taking pages before it re-enqueues itself.
+HOST_SWEEP_BUDGET_SECONDS = env_int("HOST_SWEEP_BUDGET_SECONDS", 5, minimum=1)
+# Settled runs per `on_settled` batch.
+HOST_SETTLED_BATCH = env_int("HOST_SETTLED_BATCH", 64, minimum=1)
+# A job instant older than this when the sweep sees it counts as missed (not run late).
+HOST_JOB_MISFIRE_GRACE_SECONDS = env_int("HOST_JOB_MISFIRE_GRACE_SECONDS", 60, minimum=1)

@@ -1,0 +1,170 @@
+"""Read-mostly admin for conversations, entries, submissions and runs.
+
+Every change goes through the services (events, versions, locks), so the admin only shows
+rows; staff act through the API or the actions of later issues. Lists select their relations
+up front so a page is a fixed number of queries, and a conversation links to its (filtered)
+entries, submissions and runs instead of inlining an unbounded transcript.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from conversations.models import Conversation, Entry, Run, Submission
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _changelist(model: type, label: str, conversation_id: str) -> str:
+    url = reverse(f"admin:conversations_{model._meta.model_name}_changelist")
+    return format_html('<a href="{}?conversation={}">{}</a>', url, conversation_id, label)
+
+
+@admin.register(Conversation)
+class ConversationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "name", "owner", "sharing", "archived", "last_activity_at", "version")
+    list_filter = ("sharing", "archived")
+    search_fields = ("id", "name", "owner__username")
+    list_select_related = ("owner",)
+    ordering = ("-last_activity_at",)
+    readonly_fields = (
+        "id",
+        "name",
+        "owner",
+        "sharing",
+        "source",
+        "archived",
+        "archived_at",
+        "parent",
+        "forked_at_entry",
+        "created_at",
+        "last_activity_at",
+        "version",
+        "related",
+    )
+    show_full_result_count = False  # no COUNT(*) over a large table on every page
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # deleting cascades to the transcript, submissions and runs: superusers only
+        return bool(request.user.is_superuser)
+
+    @admin.display(description="transcript and queue")
+    def related(self, obj: Conversation) -> str:
+        return format_html(
+            "{} · {} · {}",
+            _changelist(Entry, "entries", obj.pk),
+            _changelist(Submission, "submissions", obj.pk),
+            _changelist(Run, "runs", obj.pk),
+        )
+
+
+@admin.register(Entry)
+class EntryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "conversation_id",
+        "role",
+        "run_id",
+        "submission_id",
+        "withdrawn",
+        "created_at",
+    )
+    list_filter = ("role", "withdrawn")
+    search_fields = ("conversation__id",)
+    show_full_result_count = False
+    readonly_fields = (
+        "id",
+        "conversation",
+        "role",
+        "content",
+        "run",
+        "submission",
+        "entry_key",
+        "withdrawn",
+        "created_at",
+    )
+
+
+@admin.register(Submission)
+class SubmissionAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "conversation_id",
+        "request_id",
+        "status",
+        "delivery",
+        "origin_kind",
+        "origin_extension_id",
+        "run_id",
+        "release_count",
+        "created_at",
+    )
+    list_filter = ("status", "delivery", "origin_kind")
+    search_fields = ("conversation__id", "request_id")
+    show_full_result_count = False
+    readonly_fields = (
+        "id",
+        "conversation",
+        "request_id",
+        "parts",
+        "delivery",
+        "not_before",
+        "origin_kind",
+        "origin_user",
+        "origin_extension_id",
+        "correlation",
+        "fingerprint",
+        "status",
+        "run",
+        "release_count",
+        "created_at",
+        "updated_at",
+    )
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "conversation_id",
+        "status",
+        "outcome",
+        "settled_sequence",
+        "claimed_at",
+        "lease_expires_at",
+        "settled_at",
+    )
+    list_filter = ("status", "outcome")
+    search_fields = ("conversation__id", "claim_key")
+    show_full_result_count = False
+    readonly_fields = (
+        "id",
+        "conversation",
+        "claim_key",
+        "status",
+        "claimed_at",
+        "lease_expires_at",
+        "heartbeat_at",
+        "settled_at",
+        "outcome",
+        "answer_entry",
+        "reason",
+        "settled_sequence",
+        "capture",
+        "created_at",
+        "updated_at",
+    )

@@ -1,0 +1,265 @@
+"""Conversation lifecycle: create (idempotent on the client id), update, fork, retention."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from conversations.models import Conversation, Entry, Sharing
+from conversations.selectors import conversation_get
+from conversations.services.common import (
+    MSG_FORK_POINT,
+    MSG_ID_INVALID,
+    MSG_ID_TAKEN,
+    conversation_id_valid,
+    conversation_touch,
+)
+from core import clock
+from core.auth import Principal
+from core.errors import HostError
+from core.services import lifecycle_record
+
+FORK_COPY_BATCH = 500
+RETENTION_PAGE = 100
+
+
+@dataclass(frozen=True)
+class Created:
+    conversation: Conversation
+    created: bool  # False: an idempotent re-create returned the existing conversation
+
+
+def conversation_id_new() -> str:
+    """An unguessable id (128 bits, URL-safe: within `^[A-Za-z0-9_-]{1,64}$`)."""
+    return secrets.token_urlsafe(16)
+
+
+def conversation_ensure(
+    *,
+    owner: Any,
+    conversation_id: str | None = None,
+    name: str = "",
+    sharing: str = Sharing.PRIVATE,
+    source: str = "",
+) -> Created:
+    """Create a conversation in the caller's transaction, idempotent on a client-chosen id.
+
+    Same owner → the existing one (`created=False`); an id taken by another owner → 409
+    `contract/conflict` "Conversation id is taken" (client-chosen ids are a namespace: the one
+    deliberate existence signal; generated ids are unguessable). Records `conversation_created`
+    only when it really creates.
+    """
+    if conversation_id is None:
+        conversation_id = conversation_id_new()
+    elif not conversation_id_valid(conversation_id):
+        raise HostError("contract", "invalid", MSG_ID_INVALID, details={"id": [MSG_ID_INVALID]})
+    if sharing not in Sharing.values:
+        raise HostError(
+            "contract",
+            "invalid",
+            "Sharing is invalid",
+            details={"sharing": ["Must be private, users or public."]},
+        )
+    existing = Conversation.objects.filter(pk=conversation_id).first()
+    if existing is None:
+        try:
+            # a savepoint: a concurrent create of the same id must not poison the caller's
+            # transaction; we re-read and answer as if we had come second
+            with transaction.atomic():
+                conversation = Conversation.objects.create(
+                    id=conversation_id,
+                    owner=owner,
+                    name=name[:200],
+                    sharing=sharing,
+                    source=source[:64],
+                    last_activity_at=clock.now(),
+                )
+                lifecycle_record(
+                    kind="conversation_created",
+                    conversation_id=conversation.pk,
+                    payload={"conversation_id": conversation.pk},
+                )
+            return Created(conversation, True)
+        except IntegrityError:
+            existing = Conversation.objects.filter(pk=conversation_id).first()
+            if existing is None:
+                raise
+    if existing.owner_id != getattr(owner, "pk", None):
+        raise HostError("contract", "conflict", MSG_ID_TAKEN)
+    return Created(existing, False)
+
+
+def conversation_create(
+    *,
+    principal: Principal,
+    conversation_id: str | None = None,
+    name: str = "",
+    sharing: str = Sharing.PRIVATE,
+    source: str = "",
+) -> Created:
+    """API entry point: the principal's user owns the new conversation."""
+    with transaction.atomic(durable=True):
+        return conversation_ensure(
+            owner=principal.user,
+            conversation_id=conversation_id,
+            name=name,
+            sharing=sharing,
+            source=source,
+        )
+
+
+def conversation_update(
+    *,
+    principal: Principal,
+    conversation_id: str,
+    name: str | None = None,
+    sharing: str | None = None,
+    archived: bool | None = None,
+) -> Conversation:
+    """Rename, share, archive or unarchive (owner access). Archiving records
+    `conversation_archived {conversation_id, archived}` when the flag really changes."""
+    conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+    if sharing is not None and sharing not in Sharing.values:
+        raise HostError(
+            "contract",
+            "invalid",
+            "Sharing is invalid",
+            details={"sharing": ["Must be private, users or public."]},
+        )
+    if name is not None and len(name) > 200:
+        raise HostError(
+            "contract", "invalid", "Name is too long", details={"name": ["At most 200 characters."]}
+        )
+    with transaction.atomic(durable=True):
+        conversation = Conversation.objects.select_for_update(no_key=True).get(pk=conversation_id)
+        fields: list[str] = []
+        if name is not None and name != conversation.name:
+            conversation.name = name
+            fields.append("name")
+        if sharing is not None and sharing != conversation.sharing:
+            conversation.sharing = sharing
+            fields.append("sharing")
+        if archived is not None and archived != conversation.archived:
+            conversation.archived = archived
+            conversation.archived_at = clock.now() if archived else None
+            fields += ["archived", "archived_at"]
+            lifecycle_record(
+                kind="conversation_archived",
+                conversation_id=conversation.pk,
+                payload={"conversation_id": conversation.pk, "archived": archived},
+            )
+        if not fields:
+            return conversation
+        conversation.save(update_fields=[*fields, "updated_at"])
+        conversation_touch(conversation_id=conversation.pk, changed="conversation")
+    conversation.refresh_from_db(fields=["version"])
+    return conversation
+
+
+def conversation_fork(
+    *,
+    principal: Principal,
+    conversation_id: str,
+    at: int,
+    child_id: str | None = None,
+    name: str | None = None,
+) -> Created:
+    """A new conversation whose transcript is a copy of the parent's entries up to and
+    including `at` (new entry ids). Owner access on the parent; the forking principal owns the
+    child. Idempotent on a client-chosen `child_id` (same owner, parent and fork point → the
+    existing fork). Records `conversation_forked {child_id, parent_id, at}`."""
+    parent = conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+    if not Entry.objects.filter(conversation_id=parent.pk, pk=at).exists():
+        raise HostError("contract", "invalid", MSG_FORK_POINT, details={"at": [MSG_FORK_POINT]})
+    if child_id is not None and not conversation_id_valid(child_id):
+        raise HostError("contract", "invalid", MSG_ID_INVALID, details={"id": [MSG_ID_INVALID]})
+    with transaction.atomic(durable=True):
+        if child_id is not None:
+            existing = Conversation.objects.filter(pk=child_id).first()
+            if existing is not None:
+                same = (
+                    existing.owner_id == principal.user_id
+                    and existing.parent_id == parent.pk
+                    and existing.forked_at_entry == at
+                )
+                if not same:
+                    raise HostError("contract", "conflict", MSG_ID_TAKEN)
+                return Created(existing, False)
+        try:
+            with transaction.atomic():
+                child = Conversation.objects.create(
+                    id=child_id or conversation_id_new(),
+                    owner=principal.user,
+                    name=parent.name if name is None else name[:200],
+                    sharing=Sharing.PRIVATE,
+                    source=parent.source,
+                    parent=parent,
+                    forked_at_entry=at,
+                    last_activity_at=clock.now(),
+                )
+        except IntegrityError as exc:  # a concurrent fork took the id first
+            raise HostError("contract", "conflict", MSG_ID_TAKEN) from exc
+        _entries_copy(parent_id=parent.pk, child_id=child.pk, up_to=at)
+        # ── FORK POLICIES ─────────────────────────────────────────────────────────────────
+        # Extension documents are copied or reset per their `fork` policy (spec 02) HERE:
+        # after the transcript copy, inside this transaction, before the event is recorded.
+        fork_documents_apply(parent_id=parent.pk, child_id=child.pk, at=at)
+        # ──────────────────────────────────────────────────────────────────────────────────
+        lifecycle_record(
+            kind="conversation_forked",
+            conversation_id=child.pk,
+            payload={"child_id": child.pk, "parent_id": parent.pk, "at": at},
+        )
+    return Created(child, True)
+
+
+def fork_documents_apply(*, parent_id: str, child_id: str, at: int) -> None:
+    """Apply extension document fork policies (wired by the extensions issue; no-op today)."""
+
+
+def _entries_copy(*, parent_id: str, child_id: str, up_to: int) -> None:
+    """Copy the parent's transcript up to and including `up_to`, in batches, in order.
+
+    Copies are plain transcript rows: the parent's runs, submissions and entry keys stay with
+    the parent (the child has no runs yet).
+    """
+    batch: list[Entry] = []
+    rows = (
+        Entry.objects.filter(conversation_id=parent_id, pk__lte=up_to)
+        .order_by("pk")
+        .values_list("role", "content", "withdrawn")
+    )
+    for role, content, withdrawn in rows.iterator(chunk_size=FORK_COPY_BATCH):
+        batch.append(
+            Entry(conversation_id=child_id, role=role, content=content, withdrawn=withdrawn)
+        )
+        if len(batch) >= FORK_COPY_BATCH:
+            Entry.objects.bulk_create(batch)
+            batch = []
+    if batch:
+        Entry.objects.bulk_create(batch)
+
+
+def conversations_retention_sweep(*, limit: int = RETENTION_PAGE) -> tuple[int, bool]:
+    """Delete archived conversations archived more than `RETENTION_DAYS` ago, with everything
+    hanging off them. Returns (deleted conversations, more may remain). No-op when unset."""
+    days = settings.RETENTION_DAYS
+    if days is None:
+        return 0, False
+    cutoff = clock.now() - dt.timedelta(days=days)
+    ids = list(
+        Conversation.objects.filter(archived=True, archived_at__lt=cutoff)
+        .order_by("archived_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not ids:
+        return 0, False
+    with transaction.atomic(durable=True):
+        # re-check under the delete itself: an unarchive that committed meanwhile wins
+        Conversation.objects.filter(pk__in=ids, archived=True, archived_at__lt=cutoff).delete()
+    return len(ids), len(ids) == limit

@@ -1,0 +1,385 @@
+"""Runs: claim (SKIP LOCKED, claim_key), heartbeat, steers, entry appends, lease expiry.
+Settling (and the gap-free settled sequence) lives in `settle`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, Max, OuterRef, Q
+
+from conversations.capture import CaptureRejected, run_capture
+from conversations.models import (
+    Delivery,
+    Entry,
+    Outcome,
+    Role,
+    Run,
+    RunStatus,
+    Submission,
+    SubmissionStatus,
+)
+from conversations.services.common import (
+    CONTENT_LIMIT_BYTES,
+    MSG_CLAIM_KEY_TAKEN,
+    MSG_CONTENT_TOO_LARGE,
+    MSG_CONVERSATION_NOT_FOUND,
+    MSG_ENTRY_KEY_REUSED,
+    MSG_LEASE_EXPIRED,
+    MSG_RUN_NOT_CLAIMED,
+    MSG_RUN_NOT_FOUND,
+    MSG_RUN_OTHER_CONVERSATION,
+    MSG_RUN_RELEASED,
+    PART_TYPES_ENTRY,
+    conversation_lock,
+    conversation_touch,
+    echo_wake,
+    json_check,
+    parts_check,
+)
+from conversations.services.settle import run_settle_locked
+from conversations.services.submissions import ConversationBusy
+from core import clock
+from core.errors import HostError
+
+logger = logging.getLogger(__name__)
+
+CLAIM_MAX_INPUTS = 64  # inputs per run; the rest wait for the next run
+CLAIM_CANDIDATES = 16  # conversations tried per claim-any call
+LEASE_RELEASES_MAX = 3  # the third expired lease of the same inputs settles them unanswered
+LEASE_PAGE = 64
+KEY_MAX = 128
+ENTRY_ROLES = (Role.ASSISTANT, Role.TOOL, Role.SYSTEM)
+
+
+@dataclass(frozen=True)
+class Claim:
+    run: Run
+    created: bool  # False: a retry with the same claim_key returned the existing run
+
+
+@dataclass(frozen=True)
+class Appended:
+    entry: Entry
+    created: bool
+
+
+def _runnable(now: dt.datetime) -> Q:
+    """Submissions whose `not_before` (host clock) has come."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=now)
+
+
+def _lease_end(now: dt.datetime) -> dt.datetime:
+    return now + dt.timedelta(seconds=settings.RUN_LEASE_SECONDS)
+
+
+def _key_check(value: str | None, field: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not 1 <= len(value) <= KEY_MAX:
+        raise HostError(
+            "contract",
+            "invalid",
+            f"{field} is invalid",
+            details={field: [f"1 to {KEY_MAX} characters."]},
+        )
+    json_check(value, field=field)
+
+
+# ── claim ────────────────────────────────────────────────────────────────────────────────────
+
+
+def run_claim(*, conversation_id: str | None = None, claim_key: str | None = None) -> Claim | None:
+    """Claim the runnable submissions of one conversation (or of any, oldest work first).
+
+    None when there is nothing to claim. A conversation has at most one unsettled run: a
+    conversation-scoped claim on a busy conversation → 409 "Conversation is busy"; claim-any
+    skips busy ones. A retry with the same `claim_key` returns the same run.
+    Order of work (spec 01): commit the claim, then capture outside any write transaction.
+    """
+    _key_check(claim_key, "claim_key")
+    if claim_key is not None:
+        replay = _claim_replay(claim_key=claim_key, conversation_id=conversation_id)
+        if replay is not None:
+            return replay
+    try:
+        if conversation_id is not None:
+            run = _claim_in(conversation_id=conversation_id, claim_key=claim_key, skip=False)
+        else:
+            run = None
+            for candidate in _claim_candidates():
+                run = _claim_in(conversation_id=candidate, claim_key=claim_key, skip=True)
+                if run is not None:
+                    break
+    except IntegrityError:
+        # the only unique value a claim can collide on under the conversation lock is the
+        # claim key: a concurrent retry of the same claim won. Answer with its run.
+        if claim_key is None:
+            raise
+        replay = _claim_replay(claim_key=claim_key, conversation_id=conversation_id)
+        if replay is None:
+            raise
+        return replay
+    if run is None:
+        return None
+    _capture(run)
+    return Claim(run, True)
+
+
+def _claim_replay(*, claim_key: str, conversation_id: str | None) -> Claim | None:
+    run = Run.objects.filter(claim_key=claim_key).first()
+    if run is None:
+        return None
+    if conversation_id is not None and run.conversation_id != conversation_id:
+        raise HostError("contract", "conflict", MSG_CLAIM_KEY_TAKEN)
+    if run.status == RunStatus.CLAIMED and not run.capture:
+        _capture(run)  # the first attempt committed its claim but died before capturing
+    return Claim(run, False)
+
+
+def _claim_candidates() -> list[str]:
+    """Conversations with runnable queued work and no unsettled run, oldest work first.
+
+    A plain read: every candidate is re-checked under its conversation lock, taken with
+    SKIP LOCKED so N runtimes spread over different conversations instead of queueing.
+    """
+    busy = Run.objects.filter(conversation_id=OuterRef("conversation_id"), status=RunStatus.CLAIMED)
+    rows = (
+        Submission.objects.filter(status=SubmissionStatus.QUEUED)
+        .filter(_runnable(clock.now()))
+        .filter(~Exists(busy))
+        .order_by("pk")
+        .values_list("conversation_id", flat=True)[: CLAIM_CANDIDATES * 4]
+    )
+    return list(dict.fromkeys(rows))[:CLAIM_CANDIDATES]
+
+
+def _claim_in(*, conversation_id: str, claim_key: str | None, skip: bool) -> Run | None:
+    with transaction.atomic(durable=True):
+        if not conversation_lock(conversation_id=conversation_id, skip_locked=skip):
+            if skip:
+                return None  # another claimer holds it: try the next conversation
+            raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)
+        if Run.objects.filter(conversation_id=conversation_id, status=RunStatus.CLAIMED).exists():
+            if skip:
+                return None
+            raise ConversationBusy()
+        now = clock.now()
+        inputs = list(
+            Submission.objects.filter(
+                conversation_id=conversation_id, status=SubmissionStatus.QUEUED
+            )
+            .filter(_runnable(now))
+            .order_by("pk")
+            .values_list("pk", flat=True)[:CLAIM_MAX_INPUTS]
+        )
+        if not inputs:
+            return None
+        run = Run.objects.create(
+            conversation_id=conversation_id,
+            claim_key=claim_key,
+            status=RunStatus.CLAIMED,
+            claimed_at=now,
+            lease_expires_at=_lease_end(now),
+        )
+        # the conversation lock serialises every submission state change, so these rows are
+        # still queued; the status filter is a belt to the braces
+        Submission.objects.filter(pk__in=inputs, status=SubmissionStatus.QUEUED).update(
+            status=SubmissionStatus.CLAIMED, run=run, updated_at=now
+        )
+        conversation_touch(conversation_id=conversation_id, changed="runs")
+    return run
+
+
+def _capture(run: Run) -> None:
+    """Capture participation outside any write transaction, then store it on the run."""
+    try:
+        capture = run_capture(run)
+    except CaptureRejected as rejected:
+        with transaction.atomic(durable=True):
+            conversation_lock(conversation_id=run.conversation_id)
+            if Run.objects.filter(pk=run.pk, status=RunStatus.CLAIMED).exists():
+                _release_locked(run_id=run.pk, conversation_id=run.conversation_id, count=False)
+            if rejected.in_release_transaction is not None:
+                rejected.in_release_transaction()
+        raise rejected.error from rejected
+    Run.objects.filter(pk=run.pk).update(capture=capture)
+    run.capture = capture
+
+
+# ── heartbeat and steers ─────────────────────────────────────────────────────────────────────
+
+
+def run_heartbeat(*, run_id: int) -> Run:
+    """Extend a claimed run's lease by RUN_LEASE_SECONDS from now (host clock)."""
+    now = clock.now()
+    updated = Run.objects.filter(pk=run_id, status=RunStatus.CLAIMED).update(
+        heartbeat_at=now, lease_expires_at=_lease_end(now), updated_at=now
+    )
+    run = Run.objects.defer("capture").filter(pk=run_id).first()
+    if run is None:
+        raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
+    if not updated:
+        raise _not_claimed(run)
+    return run
+
+
+def _not_claimed(run: Run) -> HostError:
+    message = MSG_RUN_RELEASED if run.status == RunStatus.RELEASED else MSG_RUN_NOT_CLAIMED
+    return HostError("contract", "conflict", message)
+
+
+def run_steers_take(*, run_id: int) -> list[Submission]:
+    """Take the conversation's pending steer submissions into the live run, in order."""
+    run = Run.objects.filter(pk=run_id).only("pk", "conversation_id", "status").first()
+    if run is None:
+        raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
+    with transaction.atomic(durable=True):
+        conversation_lock(conversation_id=run.conversation_id)
+        run.refresh_from_db(fields=["status"])  # current under the conversation lock
+        if run.status != RunStatus.CLAIMED:
+            raise _not_claimed(run)
+        now = clock.now()
+        steers = list(
+            Submission.objects.select_related("entry")
+            .filter(
+                conversation_id=run.conversation_id,
+                status=SubmissionStatus.QUEUED,
+                delivery=Delivery.STEER,
+            )
+            .filter(_runnable(now))
+            .order_by("pk")[:CLAIM_MAX_INPUTS]
+        )
+        if steers:
+            Submission.objects.filter(pk__in=[s.pk for s in steers]).update(
+                status=SubmissionStatus.CLAIMED, run_id=run.pk, updated_at=now
+            )
+            conversation_touch(conversation_id=run.conversation_id, changed="runs")
+        for steer in steers:
+            steer.status = SubmissionStatus.CLAIMED
+            steer.run_id = run.pk
+    return steers
+
+
+# ── entries ──────────────────────────────────────────────────────────────────────────────────
+
+
+def entry_append(
+    *,
+    conversation_id: str,
+    run_id: int,
+    role: str,
+    content: Any,
+    entry_key: str | None = None,
+) -> Appended:
+    """The runtime appends an entry to its claimed run; idempotent on `entry_key` per run
+    (same role and content → the existing entry; different → 409)."""
+    if role not in ENTRY_ROLES:
+        raise HostError(
+            "contract",
+            "invalid",
+            "Role is invalid",
+            details={"role": [f"One of {[str(r) for r in ENTRY_ROLES]}."]},
+        )
+    content, _, size = parts_check(content, allowed=PART_TYPES_ENTRY, field="content")
+    if size > CONTENT_LIMIT_BYTES:
+        raise HostError(
+            "limit",
+            "too_large",
+            MSG_CONTENT_TOO_LARGE,
+            details={"content": [f"At most {CONTENT_LIMIT_BYTES} bytes encoded."]},
+        )
+    _key_check(entry_key, "entry_key")
+    with transaction.atomic(durable=True):
+        if not conversation_lock(conversation_id=conversation_id):
+            raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)
+        run = Run.objects.filter(pk=run_id).only("pk", "conversation_id", "status").first()
+        if run is None:
+            raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
+        if run.conversation_id != conversation_id:
+            raise HostError(
+                "contract",
+                "invalid",
+                MSG_RUN_OTHER_CONVERSATION,
+                details={"run_id": [MSG_RUN_OTHER_CONVERSATION]},
+            )
+        if entry_key is not None:
+            # race-free: appends to one conversation are serialised by its lock
+            existing = Entry.objects.filter(run_id=run_id, entry_key=entry_key).first()
+            if existing is not None:
+                if existing.role != role or existing.content != content:
+                    raise HostError("contract", "conflict", MSG_ENTRY_KEY_REUSED)
+                return Appended(existing, False)
+        if run.status != RunStatus.CLAIMED:
+            raise _not_claimed(run)
+        entry = Entry.objects.create(
+            conversation_id=conversation_id,
+            role=role,
+            content=content,
+            run_id=run_id,
+            entry_key=entry_key,
+        )
+        conversation_touch(conversation_id=conversation_id, changed="entries")
+    return Appended(entry, True)
+
+
+# ── leases ───────────────────────────────────────────────────────────────────────────────────
+
+
+def runs_expire_leases(*, limit: int = LEASE_PAGE) -> tuple[int, bool]:
+    """Release claimed runs whose lease expired (host clock) and re-queue their inputs; the
+    third expiry of the same inputs settles the run unanswered "lease expired" instead.
+    Returns (runs handled, more may remain)."""
+    now = clock.now()
+    due = list(
+        Run.objects.filter(status=RunStatus.CLAIMED, lease_expires_at__lte=now)
+        .order_by("lease_expires_at", "pk")
+        .values_list("pk", "conversation_id")[:limit]
+    )
+    handled = 0
+    for run_id, conversation_id in due:
+        with transaction.atomic(durable=True):
+            if not conversation_lock(conversation_id=conversation_id, skip_locked=True):
+                continue  # busy with a settle or claim right now: the next sweep sees it
+            # the run row too (conversation → run, the lock order): a heartbeat racing this
+            # release either lands first (the re-checked lease is no longer expired) or waits
+            # and then finds the run released
+            run = (
+                Run.objects.select_for_update()
+                .defer("capture")
+                .filter(pk=run_id, status=RunStatus.CLAIMED, lease_expires_at__lte=now)
+                .first()
+            )
+            if run is None:
+                continue  # settled or heartbeated meanwhile
+            inputs = Submission.objects.filter(run_id=run_id, status=SubmissionStatus.CLAIMED)
+            released = inputs.aggregate(top=Max("release_count"))["top"] or 0
+            if released + 1 >= LEASE_RELEASES_MAX:
+                inputs.update(release_count=F("release_count") + 1)
+                run_settle_locked(
+                    run=run,
+                    status=Outcome.UNANSWERED,
+                    answer_entry_id=None,
+                    reason=MSG_LEASE_EXPIRED,
+                )
+            else:
+                _release_locked(run_id=run_id, conversation_id=conversation_id, count=True)
+            handled += 1
+    return handled, len(due) == limit
+
+
+def _release_locked(*, run_id: int, conversation_id: str, count: bool) -> None:
+    """Release a claimed run and re-queue its inputs (the caller holds the conversation lock).
+    `count`: a lease expiry counts towards LEASE_RELEASES_MAX; a rejected capture does not."""
+    now = clock.now()
+    values: dict[str, Any] = {"status": SubmissionStatus.QUEUED, "run": None, "updated_at": now}
+    if count:
+        values["release_count"] = F("release_count") + 1
+    Submission.objects.filter(run_id=run_id, status=SubmissionStatus.CLAIMED).update(**values)
+    Run.objects.filter(pk=run_id).update(status=RunStatus.RELEASED, updated_at=now)
+    conversation_touch(conversation_id=conversation_id, changed="runs")
+    echo_wake()

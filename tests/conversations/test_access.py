@@ -1,0 +1,192 @@
+"""The access matrix on every conversation endpoint, list and detail (spec 01 access).
+
+Private → 404 for other users (no existence leak); `users`/`public` → reads 200, writes 403;
+anonymous → 401 except reads of public conversations; admins act as owners; lists never
+contain a row the principal cannot read; runtime endpoints need the runtime principal.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conversations.models import Conversation, Run, Submission
+
+pytestmark = pytest.mark.django_db
+
+TEXT = [{"type": "text", "text": "hi"}]
+PERSONAS = ("owner", "other", "admin", "anonymous")
+SHARINGS = ("private", "users", "public")
+
+# (method, path, body, kind, success status)
+CONVERSATION_ENDPOINTS = [
+    ("get", "/v1/conversations/c", None, "read", 200),
+    ("get", "/v1/conversations/c/entries", None, "read", 200),
+    ("get", "/v1/runs/{run}", None, "read", 200),
+    ("patch", "/v1/conversations/c", {"name": "renamed"}, "write", 200),
+    ("post", "/v1/conversations/c/fork", {"at": "{entry}"}, "write", 201),
+    ("post", "/v1/conversations/c/submissions", {"parts": TEXT}, "write", 201),
+    ("delete", "/v1/conversations/c/submissions/{queued}", None, "write", 200),
+]
+
+RUNTIME_ENDPOINTS = [
+    (
+        "post",
+        "/v1/conversations/c/entries",
+        {"run_id": "{live}", "role": "assistant", "content": TEXT},
+    ),
+    ("post", "/v1/conversations/c/runs", {}),
+    ("post", "/v1/runs/claim", {}),
+    ("post", "/v1/runs/{live}/heartbeat", {}),
+    ("post", "/v1/runs/{live}/steers", {}),
+    ("post", "/v1/runs/{live}/settle", {"status": "unanswered", "reason": "r"}),
+]
+
+
+def expected(persona: str, sharing: str, kind: str, success: int) -> int:
+    if persona in ("owner", "admin"):
+        return success
+    if persona == "anonymous":
+        return 200 if (kind == "read" and sharing == "public") else 401
+    if sharing == "private":
+        return 404
+    return 200 if kind == "read" else 403
+
+
+@pytest.fixture
+def world(kit, owner):
+    """Conversation `c` with a settled run, an entry, a queued submission; `live` is a claimed
+    run in conversation `busy` of the same owner and sharing."""
+
+    def build(sharing: str) -> dict[str, int]:
+        kit.conversation("c", sharing=sharing)
+        kit.submit("c", request_id="s0")
+        settled = kit.settle(kit.claim("c"))
+        queued = kit.submit("c", request_id="s1")
+        return {"run": settled.pk, "entry": settled.answer_entry_id, "queued": queued.pk}
+
+    return build
+
+
+@pytest.fixture
+def client_for(api, owner, member, staff):
+    def make(persona: str, scope: str = "write"):
+        who = {
+            "owner": owner,
+            "other": member,
+            "admin": staff,
+            "anonymous": None,
+            "service": "service",
+        }[persona]
+        return api(who, scope=scope)
+
+    return make
+
+
+def fill(value, ids):
+    if isinstance(value, str):
+        for key, number in ids.items():
+            placeholder = "{" + key + "}"
+            if value == placeholder:
+                return number
+            value = value.replace(placeholder, str(number))
+        return value
+    if isinstance(value, dict):
+        return {k: fill(v, ids) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("sharing", SHARINGS)
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize(("method", "path", "body", "kind", "success"), CONVERSATION_ENDPOINTS)
+def test_every_conversation_endpoint_follows_the_access_matrix(
+    world, client_for, persona, sharing, method, path, body, kind, success
+):
+    ids = world(sharing)
+    client = client_for(persona)
+    response = getattr(client, method)(fill(path, ids), fill(body, ids), format="json")
+    want = expected(persona, sharing, kind, success)
+    assert response.status_code == want, (response.status_code, response.content)
+    if want >= 400:
+        assert set(response.json()) == {"error"}
+    if want == 401:
+        assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("method", ["get", "patch", "delete"])
+def test_a_missing_conversation_looks_exactly_like_a_private_one(client_for, kit, member, method):
+    kit.conversation("c")
+    outsider = client_for("other")
+    for path in ("/v1/conversations/c", "/v1/conversations/nope"):
+        suffix = "/submissions/1" if method == "delete" else ""
+        response = getattr(outsider, method)(path + suffix, {"name": "x"}, format="json")
+        assert response.status_code == 404
+        assert response.json()["error"]["message"] == "Conversation not found"
+    anonymous = client_for("anonymous")
+    for path in ("/v1/conversations/c", "/v1/conversations/nope"):
+        assert anonymous.get(path).status_code == 401
+
+
+def test_a_read_token_reads_but_cannot_write(client_for, world):
+    world("private")
+    reader = client_for("owner", scope="read")
+    assert reader.get("/v1/conversations/c").status_code == 200
+    response = reader.post("/v1/conversations/c/submissions", {"parts": TEXT}, format="json")
+    assert response.status_code == 403
+    assert Submission.objects.count() == 2
+
+
+@pytest.mark.parametrize("sharing", SHARINGS)
+@pytest.mark.parametrize(("method", "path", "body"), RUNTIME_ENDPOINTS)
+@pytest.mark.parametrize("persona", [*PERSONAS, "service", "runtime_token"])
+def test_runtime_endpoints_need_the_runtime_principal_and_ignore_sharing(
+    kit, client_for, api, member, persona, sharing, method, path, body
+):
+    kit.conversation("c", sharing=sharing)
+    kit.submit("c")
+    live = kit.claim("c").pk
+    kit.conversation("idle", sharing=sharing)
+    kit.submit("idle")
+    if persona == "runtime_token":
+        client = api(member, scope="runtime")
+    else:
+        client = client_for(persona)
+    response = getattr(client, method)(
+        fill(path, {"live": live}), fill(body, {"live": live}), format="json"
+    )
+    if persona == "anonymous":
+        assert response.status_code == 401
+    elif persona in ("owner", "other", "admin"):
+        assert response.status_code == 403
+    else:
+        # the runtime acts for the platform: never refused, never hidden by sharing
+        assert response.status_code < 400 or response.status_code == 409, response.content
+        assert response.status_code != 409 or path.endswith("/runs")
+
+
+def test_lists_contain_only_readable_rows(kit, client_for, owner, member):
+    for sharing in SHARINGS:
+        kit.conversation(f"o-{sharing}", owner=owner, sharing=sharing)
+        kit.conversation(f"m-{sharing}", owner=member, sharing=sharing)
+
+    def listed(persona: str, query: str = "") -> set[str] | int:
+        response = client_for(persona).get(f"/v1/conversations{query}")
+        if response.status_code != 200:
+            return response.status_code
+        return {c["id"] for c in response.json()["results"]}
+
+    assert listed("owner") == {"o-private", "o-users", "o-public", "m-users", "m-public"}
+    assert listed("other") == {"m-private", "m-users", "m-public", "o-users", "o-public"}
+    assert listed("admin") == {f"{w}-{s}" for w in "om" for s in SHARINGS}
+    assert listed("anonymous") == 401
+    assert listed("other", f"?owner={owner.pk}") == {"o-users", "o-public"}
+    assert listed("other", "?owner=owner") == {"o-users", "o-public"}
+
+
+def test_a_run_of_an_unreadable_conversation_is_not_found(kit, client_for):
+    kit.conversation("c")
+    kit.submit("c")
+    run = kit.claim("c")
+    assert client_for("other").get(f"/v1/runs/{run.pk}").status_code == 404
+    assert client_for("anonymous").get(f"/v1/runs/{run.pk}").status_code == 401
+    assert client_for("other").get("/v1/runs/99999").status_code == 404
+    assert Run.objects.count() == 1 and Conversation.objects.count() == 1

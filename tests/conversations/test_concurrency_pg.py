@@ -1,0 +1,226 @@
+"""Locking and ordering on real PostgreSQL with real threads (skipped on SQLite).
+
+- the settled sequence is gap-free in commit order: a concurrent reader never sees a hole;
+- concurrent claimers never claim the same submission (SKIP LOCKED + the conversation lock);
+- a claim retried with the same claim_key returns the same run, even concurrently;
+- an expired lease re-queues the inputs exactly once, however many sweepers run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+from django.db.models import Count, Max, Min
+
+from conversations import services
+from conversations.models import Conversation, Run, SettledCounter, Submission
+from core import clock
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TEXT = [{"type": "text", "text": "hi"}]
+
+
+def in_threads(count: int, work: Callable[[int], object]) -> list[object]:
+    """Run `work(i)` in `count` real threads started together; re-raise the first failure."""
+    barrier = threading.Barrier(count)
+    results: list[object] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[index] = work(index)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def bulk_world(
+    owner, conversations: int, per_conversation: int = 1, *, claimed: bool = False
+) -> list[int]:
+    """Conversations with queued (or already claimed) submissions, created in bulk."""
+    now = clock.now()
+    Conversation.objects.bulk_create(
+        [Conversation(id=f"c{i}", owner=owner, last_activity_at=now) for i in range(conversations)]
+    )
+    runs: list[Run] = []
+    if claimed:
+        runs = Run.objects.bulk_create(
+            [
+                Run(
+                    conversation_id=f"c{i}",
+                    claimed_at=now,
+                    lease_expires_at=now + dt.timedelta(seconds=300),
+                )
+                for i in range(conversations)
+            ]
+        )
+    Submission.objects.bulk_create(
+        [
+            Submission(
+                conversation_id=f"c{i}",
+                request_id=f"r{j}",
+                parts=TEXT,
+                origin_kind="user",
+                origin_user=owner,
+                fingerprint="f",
+                status="claimed" if claimed else "queued",
+                run=runs[i] if claimed else None,
+            )
+            for i in range(conversations)
+            for j in range(per_conversation)
+        ],
+        batch_size=1000,
+    )
+    SettledCounter.objects.update_or_create(id=1, defaults={"value": 0})
+    return [run.pk for run in runs]
+
+
+def test_concurrent_settlements_are_gap_free_in_commit_order(owner):
+    threads, per_thread = 8, 500
+    run_ids = bulk_world(owner, threads * per_thread, claimed=True)
+    done = threading.Event()
+    snapshots: list[int] = []
+    holes: list[dict] = []
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                # one statement = one snapshot. k distinct (unique) numbers whose min is 1 and
+                # max is k are exactly 1..k: any hole would make max > count.
+                seen = Run.objects.filter(settled_sequence__isnull=False).aggregate(
+                    count=Count("pk"), low=Min("settled_sequence"), high=Max("settled_sequence")
+                )
+                if seen["count"] and (seen["low"], seen["high"]) != (1, seen["count"]):
+                    holes.append(seen)
+                snapshots.append(seen["count"])
+        finally:
+            connection.close()
+
+    def settle(index: int) -> None:
+        for run_id in run_ids[index::threads]:
+            services.run_settle(run_id=run_id, status="unanswered", reason="done")
+
+    watcher = threading.Thread(target=reader)
+    started = time.monotonic()
+    watcher.start()
+    try:
+        in_threads(threads, settle)
+    finally:
+        done.set()
+        watcher.join(timeout=60)
+    elapsed = time.monotonic() - started
+    print(f"4000 settlements in {elapsed:.1f}s; reader took {len(snapshots)} snapshots")
+    assert holes == []
+    assert len(snapshots) >= 3
+    assert any(0 < k < threads * per_thread for k in snapshots), "reader saw no partial state"
+    final = sorted(Run.objects.values_list("settled_sequence", flat=True))
+    assert final == list(range(1, threads * per_thread + 1))
+    assert SettledCounter.objects.get().value == threads * per_thread
+    assert not Submission.objects.exclude(status="consumed").exists()
+
+
+def test_concurrent_claimers_never_claim_the_same_submission(owner):
+    bulk_world(owner, 200, per_conversation=2)
+
+    def claim_all(_: int) -> list[int]:
+        claimed: list[int] = []
+        while True:
+            claim = services.run_claim()
+            if claim is None:
+                if not Submission.objects.filter(status="queued").exists():
+                    return claimed
+                continue  # everything runnable was locked by the others for a moment
+            claimed += list(claim.run.submissions.values_list("pk", flat=True))
+
+    per_thread = in_threads(8, claim_all)
+    everything = [pk for claimed in per_thread for pk in claimed]
+    assert len(everything) == len(set(everything)) == 400
+    assert Counter(Run.objects.values_list("conversation_id", flat=True)).most_common(1)[0][1] == 1
+    assert Run.objects.count() == 200
+    assert sum(1 for claimed in per_thread if claimed) >= 2, "the work was not spread"
+
+
+def test_concurrent_claims_of_one_conversation_give_one_run(owner):
+    bulk_world(owner, 1, per_conversation=3)
+
+    def claim(_: int) -> int | str | None:
+        try:
+            result = services.run_claim(conversation_id="c0")
+        except services.ConversationBusy:
+            return "busy"
+        return result.run.pk if result else None
+
+    outcomes = in_threads(8, claim)
+    runs = [o for o in outcomes if isinstance(o, int)]
+    assert len(runs) == 1
+    assert set(outcomes) - set(runs) <= {"busy", None}
+    assert set(Submission.objects.values_list("run_id", flat=True)) == {runs[0]}
+
+
+def test_a_claim_retried_with_the_same_claim_key_returns_the_same_run(owner):
+    bulk_world(owner, 8)
+    first = services.run_claim(claim_key="lost-response")
+    assert first is not None and first.created
+
+    def retry(_: int) -> int:
+        claim = services.run_claim(claim_key="lost-response")
+        assert claim is not None and not claim.created
+        return claim.run.pk
+
+    assert set(in_threads(8, retry)) == {first.run.pk}
+    assert Run.objects.count() == 1
+
+
+def test_concurrent_first_claims_with_one_claim_key_agree_on_one_run(owner):
+    bulk_world(owner, 8)
+
+    def claim(_: int) -> int:
+        result = services.run_claim(claim_key="same")
+        assert result is not None
+        return result.run.pk
+
+    assert len(set(in_threads(8, claim))) == 1
+    assert Run.objects.count() == 1
+    assert Submission.objects.filter(status="claimed").count() == 1
+
+
+def test_an_expired_lease_requeues_the_inputs_once_however_many_sweepers(owner, fake_clock):
+    bulk_world(owner, 100, per_conversation=2)
+    for _ in range(100):
+        services.run_claim()
+    assert Submission.objects.filter(status="claimed").count() == 200
+    fake_clock.advance(seconds=301)
+
+    def sweep(_: int) -> int:
+        total = 0
+        while True:
+            handled, more = services.runs_expire_leases(limit=16)
+            total += handled
+            if not more and not Run.objects.filter(status="claimed").exists():
+                return total
+
+    assert sum(in_threads(4, sweep)) == 100
+    assert set(Run.objects.values_list("status", flat=True)) == {"released"}
+    assert set(Submission.objects.values_list("status", "release_count", "run_id")) == {
+        ("queued", 1, None)
+    }
+    again = services.run_claim(conversation_id="c7")
+    assert again is not None and again.run.submissions.count() == 2

@@ -1,0 +1,149 @@
+"""The OpenAPI schema documents every conversation and run endpoint exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+OPERATIONS = {
+    ("/v1/conversations", "get"): {"200", "400", "401"},
+    ("/v1/conversations", "post"): {"200", "201", "400", "401", "403", "409", "413", "415"},
+    ("/v1/conversations/{conversation_id}", "get"): {"200", "401", "404"},
+    ("/v1/conversations/{conversation_id}", "patch"): {
+        "200",
+        "400",
+        "401",
+        "403",
+        "404",
+        "413",
+        "415",
+    },
+    ("/v1/conversations/{conversation_id}/fork", "post"): {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "415",
+    },
+    ("/v1/conversations/{conversation_id}/entries", "get"): {"200", "400", "401", "404"},
+    ("/v1/conversations/{conversation_id}/entries", "post"): {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "415",
+    },
+    ("/v1/conversations/{conversation_id}/submissions", "post"): {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "415",
+    },
+    ("/v1/conversations/{conversation_id}/submissions/{submission_id}", "delete"): {
+        "200",
+        "401",
+        "403",
+        "404",
+        "409",
+    },
+    ("/v1/conversations/{conversation_id}/runs", "post"): {
+        "200",
+        "201",
+        "204",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "415",
+        "422",
+    },
+    ("/v1/runs/claim", "post"): {
+        "200",
+        "201",
+        "204",
+        "400",
+        "401",
+        "403",
+        "409",
+        "413",
+        "415",
+        "422",
+    },
+    ("/v1/runs/{run_id}", "get"): {"200", "401", "404"},
+    ("/v1/runs/{run_id}/heartbeat", "post"): {
+        "200",
+        "400",
+        "401",
+        "403",
+        "404",
+        "409",
+        "413",
+        "415",
+    },
+    ("/v1/runs/{run_id}/settle", "post"): {"200", "400", "401", "403", "404", "409", "413", "415"},
+    ("/v1/runs/{run_id}/steers", "post"): {"200", "400", "401", "403", "404", "409", "413", "415"},
+}
+
+
+@pytest.fixture(scope="module")
+def schema():
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def test_every_endpoint_is_documented_with_every_status(schema):
+    for (path, method), statuses in OPERATIONS.items():
+        operation = schema["paths"][path][method]
+        assert set(operation["responses"]) == statuses, (path, method)
+        for code, response in operation["responses"].items():
+            if code.startswith(("4", "5")):
+                ref = response["content"]["application/json"]["schema"]["$ref"]
+                assert ref.endswith("/Error"), (path, method, code)
+
+
+def test_request_bodies_are_exact_components(schema):
+    components = schema["components"]["schemas"]
+    submission = components["SubmissionCreateInputRequest"]
+    assert submission["required"] == ["parts"]
+    assert set(submission["properties"]) == {
+        "request_id",
+        "parts",
+        "when_busy",
+        "delivery",
+        "not_before",
+    }
+    part = components["SubmissionPartRequest"]
+    assert (
+        part["properties"]["type"]["$ref"].endswith("Enum") or "enum" in part["properties"]["type"]
+    )
+    settle = components["RunSettleInputRequest"]
+    assert set(settle["properties"]) == {"status", "answer_entry_id", "reason"}
+    view = components["ConversationDetail"]
+    assert {"attention", "ambient", "head", "busy", "version", "access"} <= set(view["properties"])
+
+
+def test_operation_ids_are_unique(schema):
+    ids = [
+        op["operationId"]
+        for item in schema["paths"].values()
+        for op in item.values()
+        if isinstance(op, dict) and "operationId" in op
+    ]
+    assert len(ids) == len(set(ids))
