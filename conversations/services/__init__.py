@@ -22,7 +22,6 @@ from conversations.services.conversations import (
     conversation_fork,
     conversation_update,
     conversations_retention_sweep,
-    fork_documents_apply,
 )
 from conversations.services.runs import (
     Appended,
@@ -64,7 +63,6 @@ __all__ = [
     "conversation_update",
     "conversations_retention_sweep",
     "entry_append",
-    "fork_documents_apply",
     "json_check",
     "parts_check",
     "run_claim",

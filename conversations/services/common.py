@@ -120,9 +120,15 @@ def conversation_lock(*, conversation_id: str, skip_locked: bool = False) -> boo
     )
 
 
+# Called after commit with (conversation_id, changed): the live event stream subscribes here.
+change_listeners: list[Callable[[str, str], None]] = []
+
+
 def conversation_changed(*, conversation_id: str, changed: str) -> None:
-    """After-commit hook for watchers (the live event stream wires itself in here later)."""
+    """After-commit hook for watchers."""
     logger.debug("conversation %s changed: %s", conversation_id, changed)
+    for listener in change_listeners:
+        listener(conversation_id, changed)
 
 
 def echo_wake() -> None:

@@ -23,6 +23,7 @@ from core import clock
 from core.auth import Principal
 from core.errors import HostError
 from core.services import lifecycle_record
+from extensions_host.services.documents import documents_fork
 
 FORK_COPY_BATCH = 500
 RETENTION_PAGE = 100
@@ -205,21 +206,15 @@ def conversation_fork(
         except IntegrityError as exc:  # a concurrent fork took the id first
             raise HostError("contract", "conflict", MSG_ID_TAKEN) from exc
         _entries_copy(parent_id=parent.pk, child_id=child.pk, up_to=at)
-        # ── FORK POLICIES ─────────────────────────────────────────────────────────────────
-        # Extension documents are copied or reset per their `fork` policy (spec 02) HERE:
-        # after the transcript copy, inside this transaction, before the event is recorded.
-        fork_documents_apply(parent_id=parent.pk, child_id=child.pk, at=at)
-        # ──────────────────────────────────────────────────────────────────────────────────
+        # Extension documents are copied or reset per their `fork` policy (spec 02), in this
+        # transaction, before the event is recorded.
+        documents_fork(parent_id=parent.pk, child_id=child.pk)
         lifecycle_record(
             kind="conversation_forked",
             conversation_id=child.pk,
             payload={"child_id": child.pk, "parent_id": parent.pk, "at": at},
         )
     return Created(child, True)
-
-
-def fork_documents_apply(*, parent_id: str, child_id: str, at: int) -> None:
-    """Apply extension document fork policies (wired by the extensions issue; no-op today)."""
 
 
 def _entries_copy(*, parent_id: str, child_id: str, up_to: int) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kombu.pools
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -82,15 +83,21 @@ def broker(tmp_path) -> Iterator[Broker]:
             },
             env={"CELERY_BROKER_URL": "filesystem://", "HOST_VAR_DIR": str(var)},
         )
+    # the app reads Django settings with the CELERY_ namespace, so override those keys
     previous = (celery_app.conf.broker_url, celery_app.conf.broker_transport_options)
-    celery_app.conf.broker_url = broker.url
-    celery_app.conf.broker_transport_options = broker.transport_options
-    celery_app.pool.force_close_all()
-    celery_app._pool = None
+    _point_celery_at(broker.url, broker.transport_options)
     yield broker
-    celery_app.conf.broker_url, celery_app.conf.broker_transport_options = previous
-    celery_app.pool.force_close_all()
+    _point_celery_at(*previous)
+
+
+def _point_celery_at(url: str, transport_options: dict) -> None:
+    celery_app.conf.update(
+        CELERY_BROKER_URL=url, CELERY_BROKER_TRANSPORT_OPTIONS=transport_options
+    )
+    # drop pooled connections/producers bound to the previous broker
+    kombu.pools.reset()
     celery_app._pool = None
+    celery_app.amqp._producer_pool = None
 
 
 class Processes:

@@ -73,13 +73,13 @@ class Command(BaseCommand):
     def _demo_conversation(self) -> None:
         if Conversation.objects.filter(pk="demo").exists():
             return
+        from core.auth import user_principal
         from conversations import services
 
         admin = get_user_model().objects.get(username=ADMIN_USERNAME)
         services.conversation_create(
-            owner=admin,
+            principal=user_principal(admin, "session"),
             conversation_id="demo",
             name="Demo conversation",
             source="web",
-            sharing="private",
         )
