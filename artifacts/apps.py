@@ -1,5 +1,16 @@
+from __future__ import annotations
+
 from django.apps import AppConfig
+
+EMIT_BODY_LIMIT = 5 * 1024 * 1024  # room for a 4 MiB payload and its context (spec 07)
 
 
 class ArtifactsConfig(AppConfig):
     name = "artifacts"
+    verbose_name = "Artifacts"
+
+    def ready(self) -> None:
+        from artifacts.urls import EMIT_PATH
+        from core.middleware import register_body_limit
+
+        register_body_limit(f"/v1/{EMIT_PATH}", EMIT_BODY_LIMIT)

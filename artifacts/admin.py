@@ -1,0 +1,149 @@
+"""Read-only admin for the artifact store: worlds (with the debug view and the integrity
+check), operations, records and events. Staff inspect here; only the store's services write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from artifacts import selectors
+from artifacts.models import Event, Operation, Record, World
+from artifacts.services import integrity_check
+
+PROBLEMS_SHOWN = 20
+DEBUG_EVENTS_SHOWN = 200
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """View-only: rows change only through the store's services."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.action(description="Check integrity of the selected worlds")
+def check_integrity(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    world_ids = list(queryset.values_list("pk", flat=True).distinct())
+    problems = integrity_check(world_ids=world_ids)
+    if not problems:
+        modeladmin.message_user(
+            request, f"{len(world_ids)} world(s) checked: no corruption found.", messages.SUCCESS
+        )
+        return
+    modeladmin.message_user(
+        request,
+        f"{len(problems)} problem(s) found in {len(world_ids)} world(s).",
+        messages.ERROR,
+    )
+    for problem in problems[:PROBLEMS_SHOWN]:
+        modeladmin.message_user(request, str(problem), messages.ERROR)
+
+
+@admin.register(World)
+class WorldAdmin(ReadOnlyAdmin):
+    list_display = ["conversation_id", "created_at", "debug_link"]
+    search_fields = ["conversation__id"]
+    actions = [check_integrity]
+
+    @admin.display(description="debug")
+    def debug_link(self, world: World) -> str:
+        url = reverse("admin:artifacts_world_debug", args=[world.pk])
+        return format_html('<a href="{}">debug view</a>', url)
+
+    def get_urls(self) -> list:
+        debug = path(
+            "<str:world_id>/debug/",
+            self.admin_site.admin_view(self.debug_view),
+            name="artifacts_world_debug",
+        )
+        return [debug, *super().get_urls()]
+
+    def debug_view(self, request: HttpRequest, world_id: str) -> HttpResponse:
+        """Every record with its effective status, the operations, the latest events and the
+        integrity check of one world."""
+        world = get_object_or_404(World, pk=world_id)
+        if not self.has_view_permission(request, world):
+            return HttpResponse(status=403)
+        operation_id = request.GET.get("operation_id") or None
+        debug = selectors.debug_read(world_id=world_id, operation_id=operation_id, limit=500)
+        events = Event.objects.filter(world_id=world_id).order_by("-sequence")[:DEBUG_EVENTS_SHOWN]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Artifacts of {world_id}",
+            "world": world,
+            "debug": debug,
+            "events": list(events),
+            "problems": integrity_check(world_ids=[world_id]),
+            "projection": selectors.projection_read(world_id=world_id),
+        }
+        return TemplateResponse(request, "admin/artifacts/world/debug.html", context)
+
+
+@admin.register(Operation)
+class OperationAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "world",
+        "status",
+        "followup_status",
+        "projection_status",
+        "head",
+        "updated_at",
+    ]
+    list_filter = ["status", "followup_status", "projection_status"]
+    search_fields = ["id", "world__conversation__id"]
+    ordering = ["-created_at"]
+
+
+@admin.register(Record)
+class RecordAdmin(ReadOnlyAdmin):
+    list_display = [
+        "record_id",
+        "world",
+        "sequence",
+        "operation",
+        "output",
+        "channel",
+        "strategy",
+        "save_mode",
+        "activated",
+        "superseded",
+        "bound_head",
+    ]
+    list_filter = ["save_mode", "strategy", "invalidation", "superseded", "activated"]
+    search_fields = ["record_id", "world__conversation__id", "operation__id", "tool_call_id"]
+    ordering = ["-pk"]
+    # the payload can be 4 MiB: show its size and fingerprint, not the text, in the form
+    exclude = ["payload"]
+    readonly_fields = ["payload_preview"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("payload")
+
+    @admin.display(description="payload (first 2000 characters)")
+    def payload_preview(self, record: Record) -> str:
+        if record.payload is None:
+            return "(save=none: kept only in the cache)"
+        return record.payload[:2000]
+
+
+@admin.register(Event)
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ["world", "sequence", "kind", "operation", "record_id", "reason", "head"]
+    list_filter = ["kind", "reason"]
+    search_fields = ["world__conversation__id", "operation__id", "record_id", "tool_call_id"]
+    ordering = ["-pk"]

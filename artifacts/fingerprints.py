@@ -1,0 +1,72 @@
+"""Stable serialisation and the three fingerprints: payload, record and call (spec 06)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from artifacts.models import ContentType
+
+
+def stable_json(value: Any) -> str:
+    """Compact JSON with sorted keys: equal values always give equal text."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def sha256(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def payload_text(payload: Any, content_type: str) -> str:
+    """How a payload is stored and measured: text as is, JSON as its compact serialisation."""
+    if content_type == ContentType.APPLICATION_JSON or not isinstance(payload, str):
+        return stable_json(payload)
+    return payload
+
+
+def payload_decode(text: str, content_type: str) -> Any:
+    if content_type == ContentType.APPLICATION_JSON:
+        return json.loads(text)
+    return text
+
+
+def payload_fingerprint(output: str, content_type: str, text: str) -> str:
+    """sha256 of output + payload, `text` being `payload_text(...)` (JSON in its stable form).
+
+    The header is one line of JSON (no raw newline can occur in it), so header + text is
+    unambiguous; the content type keeps the text "1" and the JSON number 1 apart.
+    """
+    header = stable_json({"content_type": content_type, "output": output})
+    return sha256(header + "\n" + text)
+
+
+def call_fingerprint(
+    tool_name: str, context: Mapping[str, Any], request: Mapping[str, Any], parameters: Any
+) -> str:
+    """sha256 of the tool name, the frozen context, the request attempt and the parameters:
+    the identity of a tool call for idempotency."""
+    return sha256(
+        stable_json(
+            {
+                "tool_name": tool_name,
+                "context": dict(context),
+                "request_id": request["request_id"],
+                "request_attempt": request["request_attempt"],
+                "parameters": parameters,
+            }
+        )
+    )
+
+
+def record_fingerprint(fields: Mapping[str, Any]) -> str:
+    """sha256 of a record's immutable fields (`Record.fingerprint_fields`)."""
+    return sha256(stable_json(dict(fields)))
+
+
+def record_id_for(sequence: int, fingerprint: str) -> str:
+    """The seed's public record id: `artifact:<sequence>:<16 hex of the payload fingerprint>`."""
+    return f"artifact:{sequence}:{fingerprint[7:23]}"

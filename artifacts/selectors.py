@@ -1,0 +1,349 @@
+"""Reads of the artifact store: effective record state, the active projection, debug rows and
+follow-up summaries (spec 06, "Reads" and "Projection").
+
+A record's *effective* status follows the seed's replay of the event log, computed here from
+the mirrored record columns plus the two things that can change after the fact:
+- a record of a stale request attempt, or of an operation whose projection is superseded, is
+  superseded (both are monotonic, so this is final too);
+- a `clear` hides earlier records of its output/channel(/key) only while the operation that
+  issued it is not superseded and its attempt is still current: a discarded attempt's clear is
+  undone with the rest of its effects.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Q
+
+from artifacts.ephemeral import ephemeral_get_many
+from artifacts.fingerprints import payload_decode
+from artifacts.models import (
+    OPEN_FOLLOWUP,
+    Event,
+    EventKind,
+    FollowupStatus,
+    Operation,
+    OperationStatus,
+    ProjectionStatus,
+    Record,
+    Save,
+    Strategy,
+)
+from artifacts.types import FollowupSummary
+
+PENDING, ACTIVE, SUPERSEDED, CLEARED = "pending", "active", "superseded", "cleared"
+DEBUG_LIMIT_MAX = 1000
+
+# Operations that can still change a world's projection (running, or an open follow-up).
+_OPEN_OPERATIONS = Q(status=OperationStatus.RUNNING) | Q(
+    status=OperationStatus.CORE_COMMITTED, followup_status__in=sorted(OPEN_FOLLOWUP)
+)
+
+
+class WorldView:
+    """A world's operations, records and clears, with the seed's effective record status.
+
+    Mutations hold one of these while they work and change its objects in place, so later
+    steps of the same call see earlier ones (the seed re-reads its files between steps).
+    """
+
+    def __init__(
+        self, operations: dict[str, Operation], records: list[Record], clears: list[Event]
+    ) -> None:
+        self.operations = operations
+        self.records = records
+        self._clears: dict[tuple[str, str], list[Event]] = defaultdict(list)
+        for clear in clears:
+            self._clears[(clear.output, clear.channel)].append(clear)
+
+    def add_clear(self, clear: Event) -> None:
+        self._clears[(clear.output, clear.channel)].append(clear)
+
+    def operation_of(self, record: Record) -> Operation:
+        return self.operations[record.operation_id]
+
+    def _clear_counts(self, clear: Event) -> bool:
+        issuer = self.operations.get(clear.operation_id)
+        if issuer is None or issuer.projection_status == ProjectionStatus.SUPERSEDED:
+            return False
+        current = issuer.request_attempts.get(clear.request_id)
+        return current is None or current == clear.request_attempt
+
+    def _cleared(self, record: Record) -> bool:
+        return any(
+            clear.sequence > record.sequence
+            and (clear.key == "" or clear.key == record.key)
+            and self._clear_counts(clear)
+            for clear in self._clears.get((record.output, record.channel), ())
+        )
+
+    def status(self, record: Record) -> str:
+        operation = self.operations.get(record.operation_id)
+        if record.superseded or operation is None:
+            return SUPERSEDED
+        current = operation.request_attempts.get(record.request_id)
+        if current is not None and current != record.request_attempt:
+            return SUPERSEDED
+        if operation.projection_status == ProjectionStatus.SUPERSEDED:
+            return SUPERSEDED
+        if self._cleared(record):
+            return CLEARED
+        return ACTIVE if record.activated else PENDING
+
+    @staticmethod
+    def head(record: Record) -> str | None:
+        return record.bound_head or None
+
+    def active(self) -> list[Record]:
+        return [record for record in self.records if self.status(record) == ACTIVE]
+
+
+def world_view(
+    world_id: str,
+    *,
+    include_superseded: bool = False,
+    with_open_operations: bool = False,
+    operation_id: str | None = None,
+    records: Iterable[Record] | None = None,
+) -> WorldView:
+    """Load what the effective status of a world's records depends on.
+
+    By default only records that can still be effective (not flagged superseded, operation
+    projection active) are loaded, payloads deferred; `include_superseded` loads every record
+    (debug). `with_open_operations` adds the world's open operations, which the
+    begin/reconcile rules act on even when they have no records.
+    """
+    if records is None:
+        query = Record.objects.filter(world_id=world_id).defer("payload")
+        if operation_id is not None:
+            query = query.filter(operation_id=operation_id)
+        if not include_superseded:
+            query = query.filter(
+                superseded=False, operation__projection_status=ProjectionStatus.ACTIVE
+            )
+        records = query.order_by("sequence")
+    loaded = list(records)
+    clears: list[Event] = []
+    if loaded:
+        clears = list(
+            Event.objects.filter(
+                world_id=world_id, kind=EventKind.CLEAR, sequence__gt=loaded[0].sequence
+            ).order_by("sequence")
+        )
+    wanted = {r.operation_id for r in loaded} | {c.operation_id for c in clears}
+    condition = Q(pk__in=wanted)
+    if with_open_operations:
+        condition |= Q(world_id=world_id) & _OPEN_OPERATIONS
+    operations = (
+        {op.pk: op for op in Operation.objects.filter(condition)}
+        if wanted or with_open_operations
+        else {}
+    )
+    return WorldView(operations, loaded, clears)
+
+
+def _select(view: WorldView, active: list[Record]) -> list[Record]:
+    """Every append/transient record, the latest replace per channel, the latest upsert per
+    (channel, key); in sequence order."""
+    chosen: list[Record] = []
+    replace: dict[str, Record] = {}
+    upsert: dict[tuple[str, str], Record] = {}
+    for record in sorted(active, key=lambda r: r.sequence):
+        if record.strategy in (Strategy.APPEND, Strategy.TRANSIENT):
+            chosen.append(record)
+        elif record.strategy == Strategy.REPLACE:
+            replace[record.channel] = record
+        elif record.strategy == Strategy.UPSERT:
+            upsert[(record.channel, record.key)] = record
+    return sorted([*chosen, *replace.values(), *upsert.values()], key=lambda r: r.sequence)
+
+
+def _projectable(view: WorldView, record: Record, channel: str | None) -> bool:
+    if record.strategy == Strategy.HIDDEN:
+        return False
+    if channel is not None and record.channel != channel:
+        return False
+    operation = view.operation_of(record)
+    if record.strategy == Strategy.TRANSIENT and not operation.is_live:
+        return False
+    if record.save_mode == Save.OPERATION and operation.status == OperationStatus.COMPLETED:
+        return False
+    return not (record.save_mode == Save.COMMIT and not record.bound_head)
+
+
+def _payloads(records: list[Record]) -> dict[int, Any]:
+    """Decoded payloads by record pk: durable ones from the database, ephemeral ones from the
+    cache (absent when evicted)."""
+    durable = [r.pk for r in records if r.save_mode != Save.NONE]
+    texts: dict[int, str] = {}
+    if durable:
+        texts.update(Record.objects.filter(pk__in=durable).values_list("pk", "payload"))
+    texts.update(ephemeral_get_many(r.pk for r in records if r.save_mode == Save.NONE))
+    by_pk = {r.pk: r for r in records}
+    return {pk: payload_decode(text, by_pk[pk].content_type) for pk, text in texts.items()}
+
+
+def projection_read(*, world_id: str, channel: str | None = None) -> list[dict[str, Any]]:
+    """The active projection of a world (`read_active_projection`), in sequence order.
+
+    Selection happens before ephemeral payloads are looked up: a `save=none` panel whose
+    payload is gone leaves its slot empty rather than bringing back the one it replaced.
+    """
+    view = world_view(world_id)
+    active = [r for r in view.active() if _projectable(view, r, channel)]
+    selected = _select(view, active)
+    payloads = _payloads(selected)
+    items = []
+    for record in selected:
+        if record.pk not in payloads:
+            continue
+        items.append(
+            {
+                "record_id": record.record_id,
+                "world_id": record.world_id,
+                "operation_id": record.operation_id,
+                "preset_id": record.preset_id,
+                "preset_revision": record.preset_revision,
+                "preset_scripts_enabled": record.preset_scripts_enabled,
+                "request_id": record.request_id,
+                "request_attempt": record.request_attempt,
+                "output": record.output,
+                "channel": record.channel,
+                "key": record.key or None,
+                "content_type": record.content_type,
+                "renderer": record.renderer or None,
+                "renderer_revision": record.renderer_revision or None,
+                "payload": payloads[record.pk],
+                "strategy": record.strategy,
+                "save": record.save_mode,
+                "sequence": record.sequence,
+                "head": record.bound_head or record.parent_head,
+            }
+        )
+    return items
+
+
+def debug_read(
+    *, world_id: str, operation_id: str | None = None, limit: int = 200
+) -> dict[str, Any]:
+    """Every record of a world (newest `limit`, ascending) with its effective status
+    (`read_debug`), plus the world's operations."""
+    limit = max(1, min(limit, DEBUG_LIMIT_MAX))
+    query = Record.objects.filter(world_id=world_id).defer("payload")
+    if operation_id is not None:
+        query = query.filter(operation_id=operation_id)
+    newest = list(query.order_by("-sequence")[: limit + 1])
+    truncated = len(newest) > limit
+    records = sorted(newest[:limit], key=lambda r: r.sequence)
+    view = world_view(world_id, records=records)
+    payloads = _payloads(records)
+    rows = []
+    for record in records:
+        rows.append(
+            {
+                "record_id": record.record_id,
+                "sequence": record.sequence,
+                "operation_id": record.operation_id,
+                "world_id": record.world_id,
+                "preset_id": record.preset_id,
+                "preset_revision": record.preset_revision,
+                "preset_scripts_enabled": record.preset_scripts_enabled,
+                "parent_head": record.parent_head,
+                "new_head": view.head(record),
+                "request_id": record.request_id,
+                "request_attempt": record.request_attempt,
+                "output": record.output,
+                "channel": record.channel,
+                "key": record.key or None,
+                "content_type": record.content_type,
+                "renderer": record.renderer or None,
+                "renderer_revision": record.renderer_revision or None,
+                "save": record.save_mode,
+                "strategy": record.strategy,
+                "invalidation": record.invalidation,
+                "tool_call_id": record.tool_call_id,
+                "payload_bytes": record.payload_bytes,
+                "payload": payloads.get(record.pk),
+                "payload_available": record.pk in payloads,
+                "payload_fingerprint": record.payload_fingerprint,
+                "status": view.status(record),
+            }
+        )
+    operations = Operation.objects.filter(world_id=world_id)
+    if operation_id is not None:
+        operations = operations.filter(pk=operation_id)
+    return {
+        "world_id": world_id,
+        "records": rows,
+        "truncated": truncated,
+        "operations": [operation_state(op) for op in operations.order_by("created_at", "pk")],
+    }
+
+
+def operation_state(operation: Operation) -> dict[str, Any]:
+    """The full stored state of an operation."""
+    return {
+        **operation.context,
+        "status": operation.status,
+        "followup_status": operation.followup_status,
+        "projection_status": operation.projection_status,
+        "head": operation.head or None,
+        "message": operation.message or None,
+        "completed_requests": list(operation.completed_requests),
+        "request_attempts": dict(operation.request_attempts),
+    }
+
+
+def followup_summary(operation: Operation) -> FollowupSummary:
+    return FollowupSummary(
+        operation_id=operation.pk,
+        status=operation.followup_status,
+        completed_requests=list(operation.completed_requests),
+        core_committed=operation.core_committed,
+        message=operation.message or None,
+        head=operation.head or None,
+    )
+
+
+def operation_get(*, operation_id: str) -> Operation | None:
+    return Operation.objects.filter(pk=operation_id).first()
+
+
+def followup_read(*, operation_id: str) -> FollowupSummary | None:
+    """`read_followup`: the follow-up summary of an operation, or None."""
+    operation = operation_get(operation_id=operation_id)
+    return None if operation is None else followup_summary(operation)
+
+
+def followup_summaries(*, world_id: str) -> list[FollowupSummary]:
+    """`read_followup_summaries`: every operation of the world worth reporting (not failed at
+    the core, not completed with nothing to show), by operation id."""
+    operations = (
+        Operation.objects.filter(world_id=world_id)
+        .exclude(status=OperationStatus.CORE_FAILED)
+        .exclude(
+            status=OperationStatus.COMPLETED,
+            followup_status=FollowupStatus.COMPLETED,
+            completed_requests=[],
+        )
+    )
+    # ordered here, not by the database, so the order never depends on a collation
+    return [followup_summary(op) for op in sorted(operations, key=lambda op: op.pk)]
+
+
+def artifacts_version(*, world_id: str) -> int:
+    """The world's highest sequence: it grows with every artifact change (records and events
+    alike), so a live view (the conversation's event stream) can poll it cheaply to know when
+    to re-read the projection. 0 for a world without artifacts."""
+    newest = [
+        Record.objects.filter(world_id=world_id)
+        .order_by("-sequence")
+        .values_list("sequence", flat=True)[:1],
+        Event.objects.filter(world_id=world_id)
+        .order_by("-sequence")
+        .values_list("sequence", flat=True)[:1],
+    ]
+    return max((value for query in newest for value in query), default=0)

@@ -1,0 +1,360 @@
+"""The two artifact tool calls: `emit` and `clear` (spec 06).
+
+Their answer is the tool result the model sees, so what the model got wrong is not an error
+but a rejection: `{ok: false, markdown: "# Runtime artifact rejected\\n\\n<why>"}`, and nothing
+is written. Both are idempotent on the tool-call id: the same call again answers as before;
+the same id with other arguments is rejected.
+
+An emit costs four statements: lock the world; read the operation together with everything
+the decision needs (a record or clear with this tool-call id, the attempt's running totals, the
+world's highest sequence: `sql.read_for_call`); insert the record; insert its events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from artifacts.ephemeral import ephemeral_put
+from artifacts.fingerprints import (
+    call_fingerprint,
+    payload_fingerprint,
+    payload_text,
+    record_fingerprint,
+    record_id_for,
+)
+from artifacts.models import (
+    ID_MAX,
+    NAME_MAX,
+    ContentType,
+    EventKind,
+    Operation,
+    OperationStatus,
+    Record,
+    Save,
+)
+from artifacts.services.operations import same_context
+from artifacts.services.sql import read_for_call
+from artifacts.services.world import WorldMutation, invariant
+from artifacts.types import (
+    MSG_ARGUMENT_INVALID,
+    ClearResult,
+    Declaration,
+    EmitResult,
+    RequestContext,
+    contract_violation,
+    invalid,
+    is_json_value,
+)
+
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+
+MSG_EMIT_MISSING = "Artifact emit is missing an operation checkpoint"
+MSG_EMIT_MISMATCH = "Artifact emit does not match the frozen operation"
+MSG_EMIT_UNREGISTERED = "Artifact emit request attempt is not registered"
+MSG_CLEAR_MISSING = "Artifact clear is missing an operation checkpoint"
+MSG_CLEAR_MISMATCH = "Artifact clear does not match the frozen operation"
+MSG_CLEAR_UNREGISTERED = "Artifact clear request attempt is not registered"
+
+# Rejection reasons (the model reads these).
+REJECT_EMPTY_TOOL_CALL = "Tool-call ID cannot be empty"
+REJECT_DIFFERENT_ARGUMENTS = "The same artifact tool-call ID is bound to different arguments"
+REJECT_DIFFERENT_CALL = "The same artifact tool-call ID is bound to a different tool call"
+REJECT_NOT_JSON = "JSON artifact payload must be a valid JSON value"
+REJECT_TOO_LARGE = "Artifact exceeds the 4 MiB limit"
+REJECT_BUDGET = "Follow-up request artifacts exceed maxArtifactBytes"
+CONTRACT_MESSAGE_MAX = 1000
+
+
+def reject_undeclared(output: str) -> str:
+    return f"Undeclared artifact output: {output}"
+
+
+def reject_not_string(declaration: Declaration) -> str:
+    return f"{declaration.name} {declaration.content_type} payload must be a string"
+
+
+def reject_nul(declaration: Declaration) -> str:
+    return f"{declaration.name} {declaration.content_type} payload must not contain NUL characters"
+
+
+def reject_contract(declaration: Declaration, violation: str) -> str:
+    text = f"{declaration.name} payload does not satisfy its payload contract: {violation}"
+    return text if len(text) <= CONTRACT_MESSAGE_MAX else text[: CONTRACT_MESSAGE_MAX - 1] + "…"
+
+
+def reject_max_emits(output: str) -> str:
+    return f"Artifact {output} has reached maxEmits"
+
+
+def rejected(reason: str) -> str:
+    return f"# Runtime artifact rejected\n\n{reason}"
+
+
+def accepted(output: str) -> str:
+    return f"# Runtime artifact accepted\n\noutput={output}"
+
+
+def already_exists(output: str) -> str:
+    return f"# Runtime artifact already exists\n\noutput={output}"
+
+
+def clear_confirmed(output: str) -> str:
+    return f"# Runtime artifact clear confirmed\n\noutput={output}"
+
+
+def clear_ignored(output: str) -> str:
+    return f"# Runtime artifact clear ignored\n\noutput={output}"
+
+
+def _check_call(output: Any, tool_call_id: Any) -> None:
+    """Shape only: an over-long or non-string argument is the runtime's error (400); an
+    undeclared output or an empty tool-call id is the model's (a rejection)."""
+    for name, value, limit in (
+        ("output", output, NAME_MAX),
+        ("tool_call_id", tool_call_id, ID_MAX),
+    ):
+        if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+            raise invalid(
+                MSG_ARGUMENT_INVALID, name, f"Must be a string of at most {limit}, without NUL."
+            )
+
+
+def _payload_problem(declaration: Declaration, payload: Any) -> str | None:
+    """Why the payload does not fit its declaration (a rejection reason), or None."""
+    if declaration.content_type != ContentType.APPLICATION_JSON:
+        if not isinstance(payload, str):
+            return reject_not_string(declaration)
+        # stored as text, which PostgreSQL cannot hold NUL in (JSON text escapes it: \u0000)
+        return reject_nul(declaration) if "\x00" in payload else None
+    if not is_json_value(payload):
+        return REJECT_NOT_JSON
+    if declaration.payload_contract is not None:
+        violation = contract_violation(declaration.payload_contract, payload)
+        if violation is not None:
+            return reject_contract(declaration, violation)
+    return None
+
+
+def _checked(
+    operation: Operation | None,
+    context: RequestContext,
+    messages: tuple[str, str, str],
+) -> int:
+    """The invariants every tool call checks under the lock; the current attempt number."""
+    missing, mismatch, unregistered = messages
+    if operation is None:
+        raise invariant(missing, operation_id=context.operation_id)
+    if not same_context(operation, context.operation):
+        raise invariant(mismatch, operation_id=context.operation_id)
+    current = operation.request_attempts.get(context.request_id)
+    if current is None:
+        raise invariant(unregistered, request_id=context.request_id)
+    return current
+
+
+def _locked_read(
+    context: RequestContext, tool_call_id: str, output: str, messages: tuple[str, str, str]
+) -> tuple[WorldMutation, Any, int]:
+    """Lock the world, then read the operation with everything the call decides on in one
+    statement (`sql.read_for_call`); raise the invariant errors."""
+    mutation = WorldMutation.lock(context.world_id)
+    if mutation is None:
+        raise invariant(messages[0], operation_id=context.operation_id)
+    operation = read_for_call(
+        world_id=context.world_id,
+        operation_id=context.operation_id,
+        tool_call_id=tool_call_id,
+        request_id=context.request_id,
+        request_attempt=context.request_attempt,
+        output=output,
+    )
+    current = _checked(operation, context, messages)
+    mutation.know_last_sequence(operation.last_record_sequence, operation.last_event_sequence)
+    return mutation, operation, current
+
+
+def _request(context: RequestContext) -> dict[str, Any]:
+    return {"request_id": context.request_id, "request_attempt": context.request_attempt}
+
+
+def _publish(mutation: WorldMutation, record: Record, operation: Operation, *, stale: bool) -> None:
+    """The events that publish a new (or repaired) record, per the operation's state."""
+    committed = operation.status == OperationStatus.CORE_COMMITTED and operation.head != ""
+    if stale:
+        mutation.supersede(record, "late_superseded_operation_result", with_request=True)
+    elif record.save_mode == Save.NONE:
+        # Ephemeral panels show while the operation runs, not only after its commit.
+        mutation.activate(record)
+        if committed:
+            mutation.bind_head(record, operation.head)
+    elif committed:
+        mutation.bind_head(record, operation.head)
+        mutation.activate(record)
+    elif record.save_mode == Save.OPERATION:
+        mutation.activate(record)
+    # save=commit before the core commits: pending until mark_core_committed binds it
+
+
+def artifact_emit(
+    *, context: RequestContext, output: str, payload: Any, tool_call_id: str
+) -> EmitResult:
+    """`emit`: record an artifact for a declared output of the current request attempt."""
+    context.check()
+    _check_call(output, tool_call_id)
+    declaration = context.declaration(output)
+    if declaration is None:
+        return EmitResult(False, rejected(reject_undeclared(output)))
+    problem = _payload_problem(declaration, payload)
+    if problem is not None:
+        return EmitResult(False, rejected(problem))
+    if tool_call_id.strip() == "":
+        return EmitResult(False, rejected(REJECT_EMPTY_TOOL_CALL))
+    text = payload_text(payload, declaration.content_type)
+    fingerprint = payload_fingerprint(declaration.name, declaration.content_type, text)
+    call = call_fingerprint(
+        "artifact_emit",
+        context.operation.as_dict(),
+        _request(context),
+        {"output": declaration.name, "payload_fingerprint": fingerprint},
+    )
+    with transaction.atomic(durable=True):
+        mutation, operation, current = _locked_read(
+            context,
+            tool_call_id,
+            declaration.name,
+            (MSG_EMIT_MISSING, MSG_EMIT_MISMATCH, MSG_EMIT_UNREGISTERED),
+        )
+        if operation.previous_record is not None:
+            previous = Record.objects.defer("payload").get(pk=operation.previous_record)
+            if previous.call_fingerprint != call:
+                return EmitResult(False, rejected(REJECT_DIFFERENT_ARGUMENTS))
+            stale = operation.is_stale or current != previous.request_attempt
+            _publish(mutation, previous, operation, stale=stale)
+            if previous.save_mode == Save.NONE and not previous.superseded:
+                # The identical call again: its payload may be put back if a restart lost it.
+                ephemeral_put(record_pk=previous.pk, text=text)
+            mutation.flush()
+            return EmitResult(True, already_exists(output), previous.record_id, idempotent=True)
+        if operation.previous_call is not None:
+            return EmitResult(False, rejected(REJECT_DIFFERENT_CALL))
+        if operation.output_emits >= declaration.max_emits:
+            return EmitResult(False, rejected(reject_max_emits(output)))
+        size = len(text.encode("utf-8"))
+        if size > MAX_PAYLOAD_BYTES:
+            return EmitResult(False, rejected(REJECT_TOO_LARGE))
+        if operation.attempt_bytes + size > context.max_artifact_bytes:
+            return EmitResult(False, rejected(REJECT_BUDGET))
+        record = _new_record(
+            mutation,
+            context,
+            declaration,
+            tool_call_id=tool_call_id,
+            text=text,
+            size=size,
+            fingerprints=(fingerprint, call),
+            usage=(operation.attempt_bytes + size, operation.output_emits + 1),
+        )
+        stale = operation.is_stale or current != context.request_attempt
+        _publish(mutation, record, operation, stale=stale)
+        record.save(force_insert=True)
+        if record.save_mode == Save.NONE and not record.superseded:
+            ephemeral_put(record_pk=record.pk, text=text)
+        mutation.flush()
+    return EmitResult(True, accepted(output), record.record_id)
+
+
+def _new_record(
+    mutation: WorldMutation,
+    context: RequestContext,
+    declaration: Declaration,
+    *,
+    tool_call_id: str,
+    text: str,
+    size: int,
+    fingerprints: tuple[str, str],
+    usage: tuple[int, int],
+) -> Record:
+    """A new record (not yet inserted) under the next sequence. `fingerprints` is (payload,
+    call); `usage` the attempt's running (bytes, emits of this output) including it."""
+    fingerprint, call = fingerprints
+    sequence = mutation.next_sequence()
+    record = Record(
+        world_id=context.world_id,
+        sequence=sequence,
+        record_id=record_id_for(sequence, fingerprint),
+        operation_id=context.operation_id,
+        parent_head=context.operation.parent_head,
+        preset_id=context.operation.preset_id,
+        preset_revision=context.operation.preset_revision,
+        preset_scripts_enabled=context.operation.preset_scripts_enabled,
+        request_id=context.request_id,
+        request_attempt=context.request_attempt,
+        output=declaration.name,
+        channel=declaration.channel,
+        key=declaration.key,
+        content_type=declaration.content_type,
+        renderer=declaration.renderer,
+        renderer_revision=declaration.renderer_revision,
+        save_mode=declaration.save,
+        strategy=declaration.strategy,
+        invalidation=declaration.invalidation,
+        tool_call_id=tool_call_id,
+        call_fingerprint=call,
+        payload_fingerprint=fingerprint,
+        # never in the database for save=none (a check constraint holds this too)
+        payload=None if declaration.save == Save.NONE else text,
+        payload_bytes=size,
+        attempt_bytes=usage[0],
+        output_emits=usage[1],
+    )
+    record.record_fingerprint = record_fingerprint(record.fingerprint_fields)
+    return record
+
+
+def artifact_clear(*, context: RequestContext, output: str, tool_call_id: str) -> ClearResult:
+    """`clear`: hide earlier records of a declared output (durable even for `save=none`, so a
+    cold restart never resurrects a cleared panel). A stale attempt's clear is recorded as an
+    `ignored_call` instead."""
+    context.check()
+    _check_call(output, tool_call_id)
+    declaration = context.declaration(output)
+    if declaration is None:
+        return ClearResult(False, rejected(reject_undeclared(output)))
+    if tool_call_id.strip() == "":
+        return ClearResult(False, rejected(REJECT_EMPTY_TOOL_CALL))
+    call = call_fingerprint(
+        "artifact_clear",
+        context.operation.as_dict(),
+        _request(context),
+        {"output": declaration.name},
+    )
+    with transaction.atomic(durable=True):
+        mutation, operation, current = _locked_read(
+            context,
+            tool_call_id,
+            declaration.name,
+            (MSG_CLEAR_MISSING, MSG_CLEAR_MISMATCH, MSG_CLEAR_UNREGISTERED),
+        )
+        if operation.previous_record is not None:
+            return ClearResult(False, rejected(REJECT_DIFFERENT_CALL))
+        if operation.previous_call is not None:
+            if operation.previous_call != call:
+                return ClearResult(False, rejected(REJECT_DIFFERENT_ARGUMENTS))
+            return ClearResult(True, clear_confirmed(output), idempotent=True)
+        stale = operation.is_stale or current != context.request_attempt
+        mutation.event(
+            EventKind.IGNORED_CALL if stale else EventKind.CLEAR,
+            operation.pk,
+            output=declaration.name,
+            channel=declaration.channel,
+            key=declaration.key,
+            reason="stale_clear_ignored" if stale else "explicit_clear",
+            tool_call_id=tool_call_id,
+            call_fingerprint=call,
+            request_id=context.request_id,
+            request_attempt=context.request_attempt,
+        )
+        mutation.flush()
+    return ClearResult(True, clear_ignored(output) if stale else clear_confirmed(output))

@@ -1,0 +1,217 @@
+"""Integrity check of the artifact store: `manage.py verify_artifacts` and the admin action.
+
+Recomputes every fingerprint and running total, checks each world's sequence (gap-free from
+1, no number used twice), each record's operation identity, each event's operation and record,
+each operation's state, and that the record columns mirroring the event log agree with a
+replay of it. Each problem names its world and, where there is one, its sequence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from artifacts.ephemeral import ephemeral_get_many
+from artifacts.fingerprints import payload_fingerprint, record_fingerprint, record_id_for
+from artifacts.models import (
+    ContentType,
+    Event,
+    EventKind,
+    Operation,
+    OperationStatus,
+    Record,
+    Save,
+    World,
+)
+
+_RECORD_EVENTS = (EventKind.ACTIVATE, EventKind.SUPERSEDE, EventKind.BIND_HEAD)
+_CALL_EVENTS = (EventKind.CLEAR, EventKind.IGNORED_CALL)
+_CHUNK = 200
+
+
+@dataclass(frozen=True)
+class Problem:
+    world_id: str
+    sequence: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = "-" if self.sequence is None else str(self.sequence)
+        return f"world={self.world_id} sequence={where}: {self.message}"
+
+
+def integrity_check(*, world_ids: Iterable[str] | None = None) -> list[Problem]:
+    """Every problem found in the given worlds (all worlds by default)."""
+    worlds = World.objects.all().order_by("pk")
+    if world_ids is not None:
+        worlds = worlds.filter(pk__in=list(world_ids))
+    problems: list[Problem] = []
+    for world in worlds.iterator():
+        problems.extend(world_problems(world))
+    return problems
+
+
+def world_problems(world: World) -> list[Problem]:
+    world_id = world.pk
+    problems: list[Problem] = []
+
+    def problem(sequence: int | None, message: str) -> None:
+        problems.append(Problem(world_id, sequence, message))
+
+    operations = {op.pk: op for op in Operation.objects.filter(world_id=world_id)}
+    for operation in operations.values():
+        reason = operation.state_problem()
+        if reason is not None:
+            problem(None, f"operation {operation.pk} is in an invalid state: {reason}")
+
+    sequences: Counter[int] = Counter()
+    records: dict[str, Record] = {}
+    attempt_bytes: Counter[tuple[str, str, int]] = Counter()
+    output_emits: Counter[tuple[str, str, int, str]] = Counter()
+    for record in _records(world_id):
+        sequences[record.sequence] += 1
+        attempt = (record.operation_id, record.request_id, record.request_attempt)
+        attempt_bytes[attempt] += record.payload_bytes
+        output_emits[(*attempt, record.output)] += 1
+        if (record.attempt_bytes, record.output_emits) != (
+            attempt_bytes[attempt],
+            output_emits[(*attempt, record.output)],
+        ):
+            problem(
+                record.sequence, "the record's attempt totals do not match the records before it"
+            )
+        if record.record_id in records:
+            problem(record.sequence, f"record id {record.record_id} is duplicated")
+        records[record.record_id] = record
+        for message in _record_problems(record, operations.get(record.operation_id)):
+            problem(record.sequence, message)
+
+    replay_superseded: set[str] = set()
+    replay_activated: set[str] = set()
+    replay_head: dict[str, str] = {}
+    events = Event.objects.filter(world_id=world_id).order_by("sequence", "pk")
+    for event in events.iterator(chunk_size=_CHUNK):
+        sequences[event.sequence] += 1
+        operation = operations.get(event.operation_id)
+        if operation is None:
+            problem(event.sequence, f"event names operation {event.operation_id} of another world")
+            continue
+        for message in _event_problems(event, operation, records):
+            problem(event.sequence, message)
+        if event.record_id:
+            if event.kind == EventKind.SUPERSEDE:
+                replay_superseded.add(event.record_id)
+            elif event.kind == EventKind.ACTIVATE:
+                replay_activated.add(event.record_id)
+            elif event.kind == EventKind.BIND_HEAD:
+                replay_head[event.record_id] = event.head
+
+    for record_id, record in records.items():
+        mirrored = (record.superseded, record.activated, record.bound_head)
+        replayed = (
+            record_id in replay_superseded,
+            record_id in replay_activated,
+            replay_head.get(record_id, ""),
+        )
+        if mirrored != replayed:
+            problem(record.sequence, "record projection state does not match its events")
+
+    for sequence, count in sorted(sequences.items()):
+        if count > 1:
+            problem(sequence, f"sequence is used {count} times")
+        if sequence < 1:
+            problem(sequence, "sequence is not positive")
+    for sequence in range(1, max(sequences, default=0) + 1):
+        if sequence not in sequences:
+            problem(sequence, "sequence is missing (the world's sequence has a gap)")
+    return problems
+
+
+def _records(world_id: str) -> Iterator[Record]:
+    """The world's records in sequence order, ephemeral payloads filled in from the cache
+    where still there (an evicted one is normal and is not checked)."""
+    batch: list[Record] = []
+    query = Record.objects.filter(world_id=world_id).order_by("sequence", "pk")
+    for record in query.iterator(chunk_size=_CHUNK):
+        batch.append(record)
+        if len(batch) >= _CHUNK:
+            yield from _with_ephemeral(batch)
+            batch = []
+    yield from _with_ephemeral(batch)
+
+
+def _with_ephemeral(batch: list[Record]) -> list[Record]:
+    ephemeral = [r for r in batch if r.save_mode == Save.NONE and r.payload is None]
+    cached = ephemeral_get_many(r.pk for r in ephemeral)
+    for record in batch:
+        record.cached_payload = cached.get(record.pk)  # type: ignore[attr-defined]
+    return batch
+
+
+def _record_problems(record: Record, operation: Operation | None) -> list[str]:
+    found: list[str] = []
+    if record.save_mode == Save.NONE:
+        if record.payload is not None:
+            found.append("an ephemeral (save=none) payload is stored in the database")
+        text = getattr(record, "cached_payload", None)
+    else:
+        text = record.payload
+        if text is None:
+            found.append("the payload is missing")
+    if text is not None:
+        expected = payload_fingerprint(record.output, record.content_type, text)
+        if expected != record.payload_fingerprint:
+            found.append("the payload does not match its fingerprint")
+        if len(text.encode("utf-8")) != record.payload_bytes:
+            found.append("the payload size does not match payload_bytes")
+        if record.content_type == ContentType.APPLICATION_JSON:
+            try:
+                json.loads(text)
+            except ValueError:
+                found.append("the JSON payload does not parse")
+    if record_fingerprint(record.fingerprint_fields) != record.record_fingerprint:
+        found.append("the record does not match its record fingerprint")
+    if record.record_id != record_id_for(record.sequence, record.payload_fingerprint):
+        found.append("the record id does not match its sequence and payload fingerprint")
+    if operation is None:
+        found.append(f"the record's operation {record.operation_id} is not in this world")
+    elif (
+        operation.parent_head,
+        operation.preset_id,
+        operation.preset_revision,
+        operation.preset_scripts_enabled,
+    ) != (
+        record.parent_head,
+        record.preset_id,
+        record.preset_revision,
+        record.preset_scripts_enabled,
+    ):
+        found.append("the record does not match its operation's identity")
+    return found
+
+
+def _event_problems(event: Event, operation: Operation, records: dict[str, Record]) -> list[str]:
+    found: list[str] = []
+    if event.kind in _RECORD_EVENTS:
+        record = records.get(event.record_id)
+        if not event.record_id or record is None:
+            found.append(f"the {event.kind} event names a missing record {event.record_id!r}")
+        elif record.operation_id != event.operation_id:
+            found.append("the event does not match its record's operation")
+        if event.kind == EventKind.BIND_HEAD and (
+            operation.status not in (OperationStatus.CORE_COMMITTED, OperationStatus.COMPLETED)
+            or operation.head != event.head
+        ):
+            found.append("the bind_head event does not match its operation's core head")
+    elif event.kind in _CALL_EVENTS:
+        if event.record_id:
+            found.append(f"the {event.kind} event names a record")
+        if not (event.output and event.channel and event.tool_call_id and event.call_fingerprint):
+            found.append(f"the {event.kind} event lacks its output, channel or call identity")
+        if not event.request_id or not event.request_attempt:
+            found.append(f"the {event.kind} event lacks its request attempt")
+    else:
+        found.append(f"unknown event kind {event.kind!r}")
+    return found

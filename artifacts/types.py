@@ -1,0 +1,378 @@
+"""Typed inputs and results of the artifact store, and the validation of their shape.
+
+A malformed input is the runtime's bug, not the model's: it is a `contract/invalid` 400 and
+nothing is written. What the *model* got wrong (an undeclared output, a bad payload, a bound
+reached) is a rejection with markdown instead (`services/emit.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import exceptions as jsonschema_exceptions
+from jsonschema import validators as jsonschema_validators
+
+from artifacts.models import (
+    ID_MAX,
+    NAME_MAX,
+    ContentType,
+    Invalidation,
+    Save,
+    Strategy,
+)
+from core.errors import HostError
+
+MSG_CONTEXT_INVALID = "Artifact operation context is invalid"
+MSG_REQUEST_CONTEXT_INVALID = "Artifact request context is invalid"
+MSG_DECLARATION_INVALID = "Artifact declaration is invalid"
+MSG_ARGUMENT_INVALID = "Artifact call arguments are invalid"
+
+MAX_DECLARATIONS = 256
+MAX_EMITS_LIMIT = 100_000
+MAX_ARTIFACT_BYTES_LIMIT = 2**53 - 1  # the seed's safe-integer bound
+
+
+def invalid(message: str, field_name: str, problem: str) -> HostError:
+    return HostError("contract", "invalid", message, details={field_name: [problem]})
+
+
+def check_id(value: Any, field_name: str, message: str, *, limit: int = ID_MAX) -> str:
+    """A non-blank string of at most `limit` characters (kept exactly: identities are
+    compared byte for byte, so nothing is trimmed)."""
+    if not isinstance(value, str) or value.strip() == "":
+        raise invalid(message, field_name, "Must be a non-empty string.")
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL
+        raise invalid(message, field_name, "Must not contain NUL characters.")
+    if len(value) > limit:
+        raise invalid(message, field_name, f"Must be at most {limit} characters.")
+    return value
+
+
+def check_int(value: Any, field_name: str, message: str, *, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(message, field_name, "Must be an integer.")
+    if not minimum <= value <= maximum:
+        raise invalid(message, field_name, f"Must be between {minimum} and {maximum}.")
+    return value
+
+
+@dataclass(frozen=True)
+class OperationContext:
+    """The frozen identity of an operation."""
+
+    world_id: str
+    parent_head: str
+    operation_id: str
+    preset_id: str
+    preset_revision: str
+    preset_scripts_enabled: bool
+
+    def check(self) -> OperationContext:
+        check_id(self.world_id, "world_id", MSG_CONTEXT_INVALID, limit=64)
+        for name in ("parent_head", "operation_id", "preset_id", "preset_revision"):
+            check_id(getattr(self, name), name, MSG_CONTEXT_INVALID)
+        if not isinstance(self.preset_scripts_enabled, bool):
+            raise invalid(MSG_CONTEXT_INVALID, "preset_scripts_enabled", "Must be a boolean.")
+        return self
+
+    def identity(self) -> tuple[str, str, str, str, str, bool]:
+        return (
+            self.world_id,
+            self.parent_head,
+            self.operation_id,
+            self.preset_id,
+            self.preset_revision,
+            self.preset_scripts_enabled,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "world_id": self.world_id,
+            "parent_head": self.parent_head,
+            "operation_id": self.operation_id,
+            "preset_id": self.preset_id,
+            "preset_revision": self.preset_revision,
+            "preset_scripts_enabled": self.preset_scripts_enabled,
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> OperationContext:
+        return cls(
+            world_id=data["world_id"],
+            parent_head=data["parent_head"],
+            operation_id=data["operation_id"],
+            preset_id=data["preset_id"],
+            preset_revision=data["preset_revision"],
+            preset_scripts_enabled=data["preset_scripts_enabled"],
+        )
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """An output a request may emit."""
+
+    name: str
+    channel: str
+    content_type: str
+    save: str
+    strategy: str
+    invalidation: str
+    max_emits: int
+    key: str = ""
+    renderer: str = ""
+    renderer_revision: str = ""
+    payload_contract: Mapping[str, Any] | None = None
+
+    def check(self, index: int) -> Declaration:
+        where = f"declarations[{index}]"
+        for name in ("name", "channel"):
+            check_id(
+                getattr(self, name), f"{where}.{name}", MSG_DECLARATION_INVALID, limit=NAME_MAX
+            )
+        for name, choices in (
+            ("content_type", ContentType.values),
+            ("save", Save.values),
+            ("strategy", Strategy.values),
+            ("invalidation", Invalidation.values),
+        ):
+            if getattr(self, name) not in choices:
+                raise invalid(
+                    MSG_DECLARATION_INVALID, f"{where}.{name}", f"Must be one of {choices}."
+                )
+        check_int(
+            self.max_emits,
+            f"{where}.max_emits",
+            MSG_DECLARATION_INVALID,
+            minimum=1,
+            maximum=MAX_EMITS_LIMIT,
+        )
+        # The seed's records carry a key exactly when they upsert.
+        if self.strategy == Strategy.UPSERT:
+            check_id(self.key, f"{where}.key", MSG_DECLARATION_INVALID, limit=NAME_MAX)
+        elif self.key != "":
+            raise invalid(MSG_DECLARATION_INVALID, f"{where}.key", "Only upsert takes a key.")
+        if (self.renderer == "") != (self.renderer_revision == ""):
+            raise invalid(
+                MSG_DECLARATION_INVALID,
+                f"{where}.renderer",
+                "renderer and renderer_revision come together.",
+            )
+        if self.renderer:
+            check_id(self.renderer, f"{where}.renderer", MSG_DECLARATION_INVALID, limit=NAME_MAX)
+            check_id(
+                self.renderer_revision,
+                f"{where}.renderer_revision",
+                MSG_DECLARATION_INVALID,
+                limit=NAME_MAX,
+            )
+        if self.payload_contract is not None:
+            if self.content_type != ContentType.APPLICATION_JSON:
+                raise invalid(
+                    MSG_DECLARATION_INVALID,
+                    f"{where}.payload_contract",
+                    "Only application/json outputs take a payload contract.",
+                )
+            problem = contract_problem(self.payload_contract)
+            if problem is not None:
+                raise invalid(MSG_DECLARATION_INVALID, f"{where}.payload_contract", problem)
+        return self
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Declaration:
+        return cls(
+            name=data["name"],
+            channel=data["channel"],
+            content_type=data["content_type"],
+            save=data["save"],
+            strategy=data["strategy"],
+            invalidation=data["invalidation"],
+            max_emits=data["max_emits"],
+            key=data.get("key") or "",
+            renderer=data.get("renderer") or "",
+            renderer_revision=data.get("renderer_revision") or "",
+            payload_contract=data.get("payload_contract"),
+        )
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """One model request attempt within an operation, with what it may emit."""
+
+    operation: OperationContext
+    request_id: str
+    request_attempt: int
+    max_artifact_bytes: int
+    declarations: tuple[Declaration, ...] = field(default=())
+
+    def check(self) -> RequestContext:
+        self.operation.check()
+        check_id(self.request_id, "request_id", MSG_REQUEST_CONTEXT_INVALID)
+        check_int(
+            self.request_attempt,
+            "request_attempt",
+            MSG_REQUEST_CONTEXT_INVALID,
+            minimum=1,
+            maximum=2**31 - 1,
+        )
+        check_int(
+            self.max_artifact_bytes,
+            "max_artifact_bytes",
+            MSG_REQUEST_CONTEXT_INVALID,
+            minimum=0,
+            maximum=MAX_ARTIFACT_BYTES_LIMIT,
+        )
+        if len(self.declarations) > MAX_DECLARATIONS:
+            raise invalid(
+                MSG_REQUEST_CONTEXT_INVALID,
+                "declarations",
+                f"At most {MAX_DECLARATIONS} declarations.",
+            )
+        names: set[str] = set()
+        for index, declaration in enumerate(self.declarations):
+            declaration.check(index)
+            if declaration.name in names:
+                raise invalid(
+                    MSG_DECLARATION_INVALID, f"declarations[{index}].name", "Names are unique."
+                )
+            names.add(declaration.name)
+        return self
+
+    def declaration(self, output: str) -> Declaration | None:
+        for declaration in self.declarations:
+            if declaration.name == output:
+                return declaration
+        return None
+
+    @property
+    def world_id(self) -> str:
+        return self.operation.world_id
+
+    @property
+    def operation_id(self) -> str:
+        return self.operation.operation_id
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> RequestContext:
+        return cls(
+            operation=OperationContext.from_data(data),
+            request_id=data["request_id"],
+            request_attempt=data["request_attempt"],
+            max_artifact_bytes=data["max_artifact_bytes"],
+            declarations=tuple(Declaration.from_data(d) for d in data.get("declarations", [])),
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _contract_validator(contract_json: str) -> Any:
+    schema = json.loads(contract_json)
+    cls = jsonschema_validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _contract_key(contract: Mapping[str, Any]) -> str:
+    return json.dumps(contract, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def contract_problem(contract: Any) -> str | None:
+    """Why `contract` is not a usable JSON Schema, or None."""
+    if not isinstance(contract, Mapping):
+        return "Must be a JSON Schema object."
+    try:
+        _contract_validator(_contract_key(contract))
+    except jsonschema_exceptions.SchemaError as exc:
+        return f"Not a valid JSON Schema: {exc.message}"[:500]
+    except (TypeError, ValueError) as exc:
+        return f"Not a valid JSON Schema: {exc}"[:500]
+    return None
+
+
+def contract_violation(contract: Mapping[str, Any], payload: Any) -> str | None:
+    """The first way `payload` fails `contract` (a checked schema), or None."""
+    validator = _contract_validator(_contract_key(contract))
+    try:
+        error = jsonschema_exceptions.best_match(validator.iter_errors(payload))
+    except Exception as exc:  # an unresolvable $ref, a broken pattern: the payload can't pass
+        return f"the payload contract cannot be applied ({type(exc).__name__})"
+    if error is None:
+        return None
+    where = error.json_path
+    return f"{error.message} at {where}"
+
+
+def is_json_value(value: Any) -> bool:
+    """JSON's value space: no NaN/Infinity, string keys only."""
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(is_json_value(item) for item in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and is_json_value(v) for k, v in value.items())
+    return False
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    ok: bool
+    markdown: str
+    record_id: str | None = None
+    idempotent: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        if not self.ok:
+            return {"ok": False, "markdown": self.markdown}
+        return {
+            "ok": True,
+            "idempotent": self.idempotent,
+            "record_id": self.record_id,
+            "markdown": self.markdown,
+        }
+
+
+@dataclass(frozen=True)
+class ClearResult:
+    ok: bool
+    markdown: str
+    idempotent: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        if not self.ok:
+            return {"ok": False, "markdown": self.markdown}
+        return {"ok": True, "idempotent": self.idempotent, "markdown": self.markdown}
+
+
+@dataclass(frozen=True)
+class FollowupSummary:
+    """What the runtime needs to know about an operation's follow-up."""
+
+    operation_id: str
+    status: str
+    completed_requests: list[str]
+    core_committed: bool
+    message: str | None = None
+    head: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    operation_id: str
+    request_id: str
+    request_attempt: int
+    current_attempt: int | None
+    recorded: bool
+    superseded_records: int = 0
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    world_id: str
+    head: str
+    superseded_records: list[str]
+    superseded_operations: list[str]

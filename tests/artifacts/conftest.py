@@ -1,0 +1,22 @@
+"""Fixtures for the artifact store: a world (conversation) and context builders."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.artifacts.helpers import make_world
+
+
+@pytest.fixture
+def world(owner):
+    return make_world(owner, "world-1")
+
+
+@pytest.fixture(autouse=True)
+def _clean_cache():
+    """save=none payloads live in the cache; every test starts from an empty one."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()

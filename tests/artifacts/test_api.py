@@ -1,0 +1,421 @@
+"""The artifact store over HTTP: permissions, access, the error model, body limits, and no 500
+for any body a client can send."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from artifacts.models import Operation, Record
+from tests.artifacts.helpers import counts, make_world
+
+pytestmark = pytest.mark.django_db
+
+CONTEXT = {
+    "world_id": "world-1",
+    "parent_head": "h0",
+    "operation_id": "op-1",
+    "preset_id": "preset",
+    "preset_revision": "r1",
+    "preset_scripts_enabled": False,
+}
+DECLARATION = {
+    "name": "panel",
+    "channel": "main",
+    "content_type": "text/markdown",
+    "save": "operation",
+    "strategy": "append",
+    "invalidation": "never",
+    "max_emits": 5,
+}
+REQUEST_CONTEXT = {
+    **CONTEXT,
+    "request_id": "req-1",
+    "request_attempt": 1,
+    "max_artifact_bytes": 10 * 1024 * 1024,
+    "declarations": [
+        DECLARATION,
+        {**DECLARATION, "name": "card", "channel": "cards", "content_type": "application/json"},
+    ],
+}
+
+
+@pytest.fixture
+def runtime(api):
+    return api("service")
+
+
+def post(client, path: str, body) -> tuple[int, dict]:
+    response = client.post(f"/v1/artifacts/{path}", body, format="json")
+    return response.status_code, response.json()
+
+
+@pytest.fixture
+def begun(world, runtime):
+    assert post(runtime, "operations", {"context": CONTEXT})[0] == 200
+    assert post(runtime, "attempts", {"context": REQUEST_CONTEXT})[0] == 200
+    return runtime
+
+
+def emit_body(**overrides):
+    return {
+        "context": REQUEST_CONTEXT,
+        "output": "panel",
+        "payload": "hello",
+        "tool_call_id": "call-1",
+        **overrides,
+    }
+
+
+# --- the calls ---------------------------------------------------------------------------------
+
+
+def test_the_runtime_walks_an_operation_over_http(begun, api, owner):
+    runtime = begun
+    status, body = post(runtime, "emit", emit_body())
+    assert status == 200
+    assert body["ok"] is True and body["idempotent"] is False
+    assert body["markdown"] == "# Runtime artifact accepted\n\noutput=panel"
+    record_id = body["record_id"]
+
+    status, body = post(runtime, "commit", {"context": CONTEXT, "head": "h1"})
+    assert (status, body["status"], body["head"]) == (200, "core_committed", "h1")
+    status, body = post(runtime, "followup/begin", {"context": CONTEXT})
+    assert (status, body["status"], body["core_committed"]) == (200, "running", True)
+
+    projection = api(owner).get("/v1/worlds/world-1/artifacts")
+    assert projection.status_code == 200
+    items = projection.json()["items"]
+    assert [(i["record_id"], i["payload"], i["head"]) for i in items] == [
+        (record_id, "hello", "h1")
+    ]
+
+    status, body = post(runtime, "followup/complete", {"operation_id": "op-1", "requests": ["f1"]})
+    assert (status, body["status"], body["completed_requests"]) == (200, "completed", ["f1"])
+    assert api(owner).get("/v1/worlds/world-1/artifacts").json()["items"] == []
+
+    read = runtime.get("/v1/artifacts/operations/op-1")
+    assert read.status_code == 200
+    assert read.json() == {
+        "operation_id": "op-1",
+        "status": "completed",
+        "completed_requests": ["f1"],
+        "core_committed": True,
+        "message": None,
+        "head": "h1",
+    }
+
+
+def test_a_repeated_emit_over_http_names_the_same_record(begun):
+    first = post(begun, "emit", emit_body())[1]
+    again = post(begun, "emit", emit_body())[1]
+    assert again == {
+        "ok": True,
+        "idempotent": True,
+        "record_id": first["record_id"],
+        "markdown": "# Runtime artifact already exists\n\noutput=panel",
+    }
+
+
+def test_a_rejected_emit_is_200_with_ok_false_and_writes_nothing(begun):
+    before = counts()
+    status, body = post(begun, "emit", emit_body(output="nope"))
+    assert (status, body) == (
+        200,
+        {
+            "ok": False,
+            "markdown": "# Runtime artifact rejected\n\nUndeclared artifact output: nope",
+        },
+    )
+    status, body = post(begun, "emit", emit_body(tool_call_id=""))
+    assert body == {
+        "ok": False,
+        "markdown": "# Runtime artifact rejected\n\nTool-call ID cannot be empty",
+    }
+    status, body = post(begun, "emit", emit_body(payload={"not": "text"}))
+    assert (status, body["ok"]) == (200, False)
+    assert counts() == before
+
+
+def test_a_rejected_clear_is_200_with_ok_false(begun):
+    status, body = post(
+        begun, "clear", {"context": REQUEST_CONTEXT, "output": "nope", "tool_call_id": "c1"}
+    )
+    assert (status, body["ok"]) == (200, False)
+    status, body = post(
+        begun, "clear", {"context": REQUEST_CONTEXT, "output": "panel", "tool_call_id": "c1"}
+    )
+    assert (status, body) == (
+        200,
+        {
+            "ok": True,
+            "idempotent": False,
+            "markdown": "# Runtime artifact clear confirmed\n\noutput=panel",
+        },
+    )
+
+
+def test_an_invariant_error_is_409_in_the_error_model(begun):
+    status, body = post(begun, "operations", {"context": {**CONTEXT, "preset_revision": "r2"}})
+    assert (status, body) == (
+        409,
+        {
+            "error": {
+                "category": "store",
+                "cause": "conflict",
+                "message": "Artifact operation is bound to a different frozen payload",
+                "details": {"operation_id": "op-1"},
+            }
+        },
+    )
+    other = {**REQUEST_CONTEXT, "request_id": "unregistered"}
+    status, body = post(begun, "emit", emit_body(context=other))
+    assert (status, body["error"]["message"]) == (
+        409,
+        "Artifact emit request attempt is not registered",
+    )
+    post(begun, "commit", {"context": CONTEXT, "head": "h1"})
+    status, body = post(begun, "commit", {"context": CONTEXT, "head": "h2"})
+    assert (status, body["error"]["cause"]) == (409, "conflict")
+
+
+def test_the_other_calls_answer_over_http(begun):
+    status, body = post(begun, "attempts", {"context": {**REQUEST_CONTEXT, "request_attempt": 2}})
+    assert (status, body["recorded"], body["current_attempt"]) == (200, True, 2)
+    status, body = post(begun, "reconcile-head", {"world_id": "world-1", "head": "h0"})
+    assert (status, body["superseded_operations"]) == (200, [])
+    status, body = post(
+        begun,
+        "materialization-pending",
+        {"context": CONTEXT, "head": "h1", "message": "waiting"},
+    )
+    assert (status, body["status"]) == (200, "recovery_required")
+    status, body = post(begun, "commit", {"context": CONTEXT, "head": "h1"})
+    assert status == 200
+    status, body = post(
+        begun, "followup/fail", {"operation_id": "op-1", "status": "cancelled", "message": "stop"}
+    )
+    assert (status, body["status"], body["message"]) == (200, "cancelled", "stop")
+    status, body = post(begun, "followup/resume", {"operation_id": "op-1"})
+    assert (status, body["status"]) == (200, "cancelled")
+
+
+def test_core_failed_answers_the_summary_or_404(begun):
+    status, body = post(begun, "core-failed", {"operation_id": "op-1", "message": "boom"})
+    assert (status, body["status"], body["message"]) == (200, "failed", "boom")
+    status, body = post(begun, "core-failed", {"operation_id": "missing"})
+    assert (status, body["error"]["cause"]) == (404, "not_found")
+
+
+def test_reconcile_of_a_missing_world_is_404(runtime, db):
+    status, body = post(runtime, "reconcile-head", {"world_id": "nope", "head": "h"})
+    assert (status, body["error"]["message"]) == (404, "Conversation not found")
+    status, body = post(runtime, "operations", {"context": {**CONTEXT, "world_id": "nope"}})
+    assert status == 404
+
+
+# --- permissions and access --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [(None, 401), ("user-write", 403), ("user-runtime", 200), ("service", 200)],
+)
+def test_writes_need_the_runtime(world, api, owner, who, expected):
+    if who is None:
+        client = api(None)
+    elif who == "service":
+        client = api("service")
+    else:
+        client = api(owner, scope=who.split("-")[1])
+    assert post(client, "operations", {"context": CONTEXT})[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("sharing", "who", "expected"),
+    [
+        ("private", "owner", 200),
+        ("private", "outsider", 404),
+        ("private", "anonymous", 404),
+        ("users", "outsider", 200),
+        ("users", "anonymous", 404),
+        ("public", "anonymous", 200),
+        ("private", "staff", 200),
+    ],
+)
+def test_world_reads_inherit_the_conversations_access(
+    api, owner, outsider, staff, sharing, who, expected
+):
+    make_world(owner, "world-1", sharing=sharing)
+    client = {
+        "owner": api(owner),
+        "outsider": api(outsider),
+        "anonymous": api(None),
+        "staff": api(staff),
+    }[who]
+    assert client.get("/v1/worlds/world-1/artifacts").status_code == expected
+    assert client.get("/v1/worlds/world-1/artifacts/followups").status_code == expected
+
+
+def test_another_users_private_world_is_404_not_403(begun, api, outsider):
+    response = api(outsider).get("/v1/worlds/world-1/artifacts")
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "Conversation not found"
+    assert api(outsider).get("/v1/artifacts/operations/op-1").status_code == 404
+
+
+def test_the_operation_summary_is_readable_by_the_runtime_and_the_owner(begun, api, owner):
+    assert api(owner).get("/v1/artifacts/operations/op-1").status_code == 200
+    assert begun.get("/v1/artifacts/operations/missing").status_code == 404
+
+
+def test_the_debug_view_is_for_admins(begun, api, owner, staff):
+    post(begun, "emit", emit_body())
+    assert api(owner).get("/v1/worlds/world-1/artifacts/debug").status_code == 403
+    response = api(staff).get("/v1/worlds/world-1/artifacts/debug?operation_id=op-1&limit=10")
+    assert response.status_code == 200
+    body = response.json()
+    assert [r["status"] for r in body["records"]] == ["active"]
+    assert body["operations"][0]["operation_id"] == "op-1"
+    assert api(staff).get("/v1/worlds/world-1/artifacts/debug?limit=0").status_code == 400
+    assert api(staff).get("/v1/worlds/nope/artifacts/debug").status_code == 404
+
+
+def test_the_projection_filters_by_channel(begun, api, owner):
+    post(begun, "emit", emit_body())
+    post(begun, "emit", emit_body(output="card", payload={"a": 1}, tool_call_id="call-2"))
+    items = api(owner).get("/v1/worlds/world-1/artifacts?channel=cards").json()["items"]
+    assert [i["payload"] for i in items] == [{"a": 1}]
+
+
+# --- body limits and malformed bodies ----------------------------------------------------------
+
+
+def test_an_emit_body_may_carry_a_4_mib_payload(begun):
+    status, body = post(begun, "emit", emit_body(payload="x" * (4 * 1024 * 1024)))
+    assert (status, body["ok"]) == (200, True)
+
+
+def test_an_emit_body_over_5_mib_is_413(begun):
+    response = begun.post(
+        "/v1/artifacts/emit",
+        json.dumps(emit_body(payload="x" * (5 * 1024 * 1024))),
+        content_type="application/json",
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["cause"] == "too_large"
+    assert Record.objects.count() == 0
+
+
+def test_other_artifact_calls_keep_the_1_mib_limit(begun):
+    huge = {**REQUEST_CONTEXT, "request_id": "x" * (2 * 1024 * 1024)}
+    response = begun.post(
+        "/v1/artifacts/attempts", json.dumps({"context": huge}), content_type="application/json"
+    )
+    assert response.status_code == 413
+
+
+MALFORMED = [
+    "not json",
+    "[]",
+    "null",
+    "{}",
+    '{"context": 5}',
+    '{"context": {}}',
+    '{"context": {"world_id": 1}}',
+    '{"unknown": 1}',
+    json.dumps({"context": {**REQUEST_CONTEXT, "surprise": True}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "declarations": [{**DECLARATION, "x": 1}]}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "declarations": "no"}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "request_attempt": 0}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "request_attempt": "1"}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "request_attempt": 2**70}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "max_artifact_bytes": -1}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "preset_scripts_enabled": "false"}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "world_id": "w" * 65}}),
+    json.dumps({"context": {**REQUEST_CONTEXT, "parent_head": "   "}}),
+    json.dumps(
+        {
+            "context": {
+                **REQUEST_CONTEXT,
+                "declarations": [{**DECLARATION, "payload_contract": {"type": 7}}],
+            }
+        }
+    ),
+    json.dumps({**emit_body(), "tool_call_id": 7}),
+    json.dumps({**emit_body(), "output": ["x"]}),
+    json.dumps({**emit_body(), "head": None, "message": {}, "requests": "x", "operation_id": 3}),
+    '{"context": {"world_id": "world-1", "payload": NaN}}',
+    '{"payload": Infinity}',
+    json.dumps(emit_body(payload="PLACEHOLDER")).replace('"PLACEHOLDER"', "NaN"),
+]
+
+PATHS = [
+    "operations",
+    "attempts",
+    "emit",
+    "clear",
+    "commit",
+    "materialization-pending",
+    "core-failed",
+    "followup/begin",
+    "followup/complete",
+    "followup/fail",
+    "followup/resume",
+    "reconcile-head",
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_malformed_bodies_are_400_never_500(begun, path):
+    before = counts()
+    for body in MALFORMED:
+        response = begun.post(f"/v1/artifacts/{path}", body, content_type="application/json")
+        assert response.status_code == 400, (path, body, response.content[:300])
+        assert response.json()["error"]["cause"] == "invalid"
+    assert counts() == before
+    assert Operation.objects.get().status == "running"
+
+
+def test_a_non_json_content_type_is_refused(begun):
+    response = begun.post(
+        "/v1/artifacts/emit", "a=b", content_type="application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 415
+
+
+def test_the_schema_documents_every_artifact_endpoint(api, staff):
+    response = api(staff).get("/v1/schema", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    paths = json.loads(response.content)["paths"]
+    for path in PATHS:
+        assert f"/v1/artifacts/{path}" in paths
+        responses = paths[f"/v1/artifacts/{path}"]["post"]["responses"]
+        assert {"200", "400", "401", "403", "409", "413", "415"} <= set(responses)
+    assert "/v1/worlds/{world_id}/artifacts" in paths
+    assert "/v1/artifacts/operations/{operation_id}" in paths
+
+
+def test_nul_characters_never_reach_the_database(begun, api, owner, staff):
+    status, body = post(begun, "emit", emit_body(payload="a\x00b"))
+    assert (status, body) == (
+        200,
+        {
+            "ok": False,
+            "markdown": "# Runtime artifact rejected\n\n"
+            "panel text/markdown payload must not contain NUL characters",
+        },
+    )
+    status, body = post(
+        begun, "emit", emit_body(output="card", payload={"k\x00": "v\x00"}, tool_call_id="j")
+    )
+    assert (status, body["ok"]) == (200, True)  # JSON text escapes it
+    items = api(owner).get("/v1/worlds/world-1/artifacts?channel=cards").json()["items"]
+    assert items[0]["payload"] == {"k\x00": "v\x00"}
+    assert post(begun, "emit", emit_body(tool_call_id="a\x00"))[0] == 400
+    assert post(begun, "operations", {"context": {**CONTEXT, "operation_id": "x\x00"}})[0] == 400
+    assert api(owner).get("/v1/worlds/a%00b/artifacts").status_code == 404
+    assert api(owner).get("/v1/artifacts/operations/a%00b").status_code == 404
+    debug = api(staff).get("/v1/worlds/world-1/artifacts/debug?operation_id=%00")
+    assert debug.status_code == 400

@@ -1,0 +1,495 @@
+"""emit and clear: acceptance, idempotency, every rejection rule, invariant and input errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifacts import services
+from artifacts.models import Event, Record
+from artifacts.services.emit import MAX_PAYLOAD_BYTES
+from core.errors import HostError
+from tests.artifacts.helpers import (
+    counts,
+    decl,
+    emit,
+    op_context,
+    req_context,
+    started,
+    visible,
+    with_attempt,
+)
+
+pytestmark = pytest.mark.django_db
+
+REJECTED = "# Runtime artifact rejected\n\n"
+
+CONTRACT = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}},
+    "required": ["title"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture
+def ctx(world):
+    return started(
+        op_context(),
+        decl("panel", save="operation"),
+        decl("card", channel="cards", content_type="application/json", payload_contract=CONTRACT),
+        decl("data", channel="data", content_type="application/json", save="operation"),
+        decl("once", channel="once", save="operation", max_emits=1),
+    )
+
+
+# --- acceptance and idempotency ----------------------------------------------------------------
+
+
+def test_an_accepted_emit_names_its_record_and_answers_the_accepted_markdown(ctx):
+    result = emit(ctx, "panel", "hello", "call-1")
+    assert result.as_dict() == {
+        "ok": True,
+        "idempotent": False,
+        "record_id": result.record_id,
+        "markdown": "# Runtime artifact accepted\n\noutput=panel",
+    }
+    record = Record.objects.get()
+    assert result.record_id == record.record_id
+    assert record.record_id.startswith(f"artifact:{record.sequence}:")
+    assert record.payload == "hello"
+    assert record.payload_fingerprint.startswith("sha256:")
+    assert record.call_fingerprint.startswith("sha256:")
+    assert record.record_fingerprint.startswith("sha256:")
+
+
+def test_a_json_payload_is_stored_and_projected_as_json(ctx):
+    emit(ctx, "data", {"b": [1, 2.5, None], "a": "x"}, "call-1")
+    assert visible(channel="data") == [{"a": "x", "b": [1, 2.5, None]}]
+
+
+def test_a_json_payload_satisfying_its_contract_is_accepted(ctx):
+    assert emit(ctx, "card", {"title": "ok"}, "call-1").ok
+
+
+def test_the_same_call_again_returns_the_same_record_idempotently_and_writes_nothing(ctx):
+    first = emit(ctx, "panel", "hello", "call-1")
+    before = counts()
+    again = emit(ctx, "panel", "hello", "call-1")
+    assert again.as_dict() == {
+        "ok": True,
+        "idempotent": True,
+        "record_id": first.record_id,
+        "markdown": "# Runtime artifact already exists\n\noutput=panel",
+    }
+    assert counts() == before
+
+
+def test_a_repeat_after_the_commit_repairs_nothing_that_is_not_missing(ctx):
+    first = emit(ctx, "panel", "hello", "call-1")
+    services.operation_mark_core_committed(context=ctx.operation, head="h1")
+    before = counts()
+    again = emit(ctx, "panel", "hello", "call-1")
+    assert again.record_id == first.record_id
+    assert counts() == before
+
+
+def test_the_same_clear_again_is_confirmed_idempotently_and_writes_nothing(ctx):
+    first = services.artifact_clear(context=ctx, output="panel", tool_call_id="clr-1")
+    before = counts()
+    again = services.artifact_clear(context=ctx, output="panel", tool_call_id="clr-1")
+    assert first.as_dict() == {
+        "ok": True,
+        "idempotent": False,
+        "markdown": "# Runtime artifact clear confirmed\n\noutput=panel",
+    }
+    assert again.as_dict() == {
+        "ok": True,
+        "idempotent": True,
+        "markdown": "# Runtime artifact clear confirmed\n\noutput=panel",
+    }
+    assert counts() == before
+
+
+def test_records_and_events_share_one_gap_free_sequence(ctx):
+    emit(ctx, "panel", "a", "c1")  # record + activate
+    services.artifact_clear(context=ctx, output="panel", tool_call_id="c2")  # clear
+    emit(ctx, "data", [1], "c3")  # record + activate
+    sequences = sorted(
+        [
+            *Record.objects.values_list("sequence", flat=True),
+            *Event.objects.values_list("sequence", flat=True),
+        ]
+    )
+    assert sequences == [1, 2, 3, 4, 5]
+
+
+# --- every rejection rule answers the markdown and writes nothing ------------------------------
+
+
+EMIT_REJECTIONS = [
+    ("undeclared", "nope", "x", "c9", "Undeclared artifact output: nope"),
+    (
+        "text needs a string",
+        "panel",
+        {"a": 1},
+        "c9",
+        "panel text/markdown payload must be a string",
+    ),
+    (
+        "not a JSON value",
+        "data",
+        float("nan"),
+        "c9",
+        "JSON artifact payload must be a valid JSON value",
+    ),
+    (
+        "contract",
+        "card",
+        {"title": 5},
+        "c9",
+        "card payload does not satisfy its payload contract: 5 is not of type 'string' at $.title",
+    ),
+    ("empty tool call", "panel", "x", "", "Tool-call ID cannot be empty"),
+    ("blank tool call", "panel", "x", "   ", "Tool-call ID cannot be empty"),
+    (
+        "same id, other arguments",
+        "panel",
+        "changed",
+        "call-1",
+        "The same artifact tool-call ID is bound to different arguments",
+    ),
+    (
+        "same id as a clear",
+        "panel",
+        "x",
+        "clr-1",
+        "The same artifact tool-call ID is bound to a different tool call",
+    ),
+    ("max emits", "once", "second", "c9", "Artifact once has reached maxEmits"),
+]
+
+
+@pytest.mark.parametrize(
+    ("output", "payload", "tool_call_id", "reason"),
+    [case[1:] for case in EMIT_REJECTIONS],
+    ids=[case[0] for case in EMIT_REJECTIONS],
+)
+def test_a_rejected_emit_answers_its_reason_and_writes_nothing(
+    ctx, output, payload, tool_call_id, reason
+):
+    emit(ctx, "panel", "hello", "call-1")
+    emit(ctx, "once", "first", "call-2")
+    services.artifact_clear(context=ctx, output="panel", tool_call_id="clr-1")
+    before = counts()
+
+    result = emit(ctx, output, payload, tool_call_id)
+
+    assert result.as_dict() == {"ok": False, "markdown": REJECTED + reason}
+    assert counts() == before
+
+
+def test_an_emit_over_4_mib_is_rejected_and_writes_nothing(ctx):
+    before = counts()
+    result = emit(ctx, "panel", "x" * (MAX_PAYLOAD_BYTES + 1), "big")
+    assert result.as_dict() == {
+        "ok": False,
+        "markdown": REJECTED + "Artifact exceeds the 4 MiB limit",
+    }
+    assert counts() == before
+    # exactly 4 MiB is allowed
+    assert emit(ctx, "panel", "x" * MAX_PAYLOAD_BYTES, "big").ok
+
+
+def test_the_4_mib_bound_counts_utf8_bytes(ctx):
+    payload = "é" * (MAX_PAYLOAD_BYTES // 2 + 1)  # two bytes each
+    assert emit(ctx, "panel", payload, "big").markdown.endswith("Artifact exceeds the 4 MiB limit")
+
+
+def test_an_emit_over_the_attempts_byte_budget_is_rejected_and_writes_nothing(world):
+    ctx = started(op_context(), decl(save="operation"), max_artifact_bytes=10)
+    assert emit(ctx, payload="12345", tool_call_id="c1").ok
+    before = counts()
+    result = emit(ctx, payload="123456", tool_call_id="c2")
+    assert result.as_dict() == {
+        "ok": False,
+        "markdown": REJECTED + "Follow-up request artifacts exceed maxArtifactBytes",
+    }
+    assert counts() == before
+    assert emit(ctx, payload="12345", tool_call_id="c3").ok  # exactly the budget
+
+
+def test_the_budget_and_max_emits_are_per_attempt(world):
+    ctx = started(op_context(), decl(save="operation", max_emits=1), max_artifact_bytes=5)
+    assert emit(ctx, payload="12345", tool_call_id="c1").ok
+    ctx2 = with_attempt(ctx, 2)
+    services.request_attempt_begin(context=ctx2)
+    assert emit(ctx2, payload="12345", tool_call_id="c2").ok
+
+
+CLEAR_REJECTIONS = [
+    ("undeclared", "nope", "c9", "Undeclared artifact output: nope"),
+    ("empty tool call", "panel", "", "Tool-call ID cannot be empty"),
+    (
+        "id of an emit",
+        "panel",
+        "call-1",
+        "The same artifact tool-call ID is bound to a different tool call",
+    ),
+    (
+        "same id, other arguments",
+        "data",
+        "clr-1",
+        "The same artifact tool-call ID is bound to different arguments",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("output", "tool_call_id", "reason"),
+    [case[1:] for case in CLEAR_REJECTIONS],
+    ids=[case[0] for case in CLEAR_REJECTIONS],
+)
+def test_a_rejected_clear_answers_its_reason_and_writes_nothing(ctx, output, tool_call_id, reason):
+    emit(ctx, "panel", "hello", "call-1")
+    services.artifact_clear(context=ctx, output="panel", tool_call_id="clr-1")
+    before = counts()
+
+    result = services.artifact_clear(context=ctx, output=output, tool_call_id=tool_call_id)
+
+    assert result.as_dict() == {"ok": False, "markdown": REJECTED + reason}
+    assert counts() == before
+
+
+def test_a_rejection_comes_before_the_operation_is_looked_up(world):
+    # the seed checks the call itself first: no operation is needed to reject it
+    ctx = req_context(op_context(operation_id="never-begun"), decl())
+    assert emit(ctx, "nope").markdown == REJECTED + "Undeclared artifact output: nope"
+
+
+# --- invariant errors (409) and malformed input (400) ------------------------------------------
+
+
+def _raises(expected_status: int, expected_message: str, call, /, **kwargs):
+    before = counts()
+    with pytest.raises(HostError) as caught:
+        call(**kwargs)
+    assert (caught.value.status, caught.value.message) == (expected_status, expected_message)
+    assert counts() == before
+
+
+def test_emit_and_clear_on_a_missing_operation_are_invariant_errors(world):
+    ctx = req_context(op_context(operation_id="never-begun"), decl())
+    _raises(409, "Artifact emit is missing an operation checkpoint", emit, context=ctx)
+    _raises(
+        409,
+        "Artifact clear is missing an operation checkpoint",
+        services.artifact_clear,
+        context=ctx,
+        output="panel",
+        tool_call_id="c1",
+    )
+
+
+def test_emit_and_clear_with_a_different_frozen_context_are_invariant_errors(ctx):
+    other = req_context(op_context(parent_head="elsewhere"), decl("panel", save="operation"))
+    _raises(409, "Artifact emit does not match the frozen operation", emit, context=other)
+    _raises(
+        409,
+        "Artifact clear does not match the frozen operation",
+        services.artifact_clear,
+        context=other,
+        output="panel",
+        tool_call_id="c1",
+    )
+
+
+def test_emit_and_clear_of_an_unregistered_request_are_invariant_errors(ctx):
+    other = req_context(op_context(), decl("panel"), request_id="req-unknown")
+    _raises(409, "Artifact emit request attempt is not registered", emit, context=other)
+    _raises(
+        409,
+        "Artifact clear request attempt is not registered",
+        services.artifact_clear,
+        context=other,
+        output="panel",
+        tool_call_id="c1",
+    )
+
+
+def test_beginning_an_operation_again_with_another_context_is_an_invariant_error(ctx):
+    _raises(
+        409,
+        "Artifact operation is bound to a different frozen payload",
+        services.operation_begin,
+        context=op_context(preset_revision="r2"),
+    )
+
+
+def test_beginning_the_same_operation_again_changes_nothing(ctx):
+    emit(ctx, "panel", "x", "c1")
+    before = counts()
+    services.operation_begin(context=op_context())
+    assert counts() == before
+
+
+def test_an_operation_of_another_world_is_an_invariant_error(ctx, owner):
+    from tests.artifacts.helpers import make_world
+
+    make_world(owner, "world-2")
+    _raises(
+        409,
+        "Artifact operation is bound to a different frozen payload",
+        services.operation_begin,
+        context=op_context(world_id="world-2"),
+    )
+
+
+def test_beginning_an_operation_in_a_missing_world_is_not_found(db):
+    _raises(404, "Conversation not found", services.operation_begin, context=op_context())
+
+
+@pytest.mark.parametrize(
+    ("setup", "head", "message"),
+    [
+        ("completed", "h2", "Completed artifact operation has a conflicting core head"),
+        ("failed", "h1", "An artifact operation whose core failed cannot be committed again"),
+        ("committed", "h2", "Committed artifact operation has a conflicting core head"),
+        (
+            "pending",
+            "h2",
+            "Artifact operation awaiting materialization has a conflicting core head",
+        ),
+    ],
+)
+def test_commit_conflicts_are_invariant_errors(ctx, setup, head, message):
+    op = ctx.operation
+    if setup == "failed":
+        services.operation_mark_core_failed(operation_id=op.operation_id)
+    elif setup == "pending":
+        services.operation_mark_core_materialization_pending(context=op, head="h1", message="m")
+    else:
+        services.operation_mark_core_committed(context=op, head="h1")
+        if setup == "completed":
+            services.followup_complete(operation_id=op.operation_id, requests=[])
+    _raises(409, message, services.operation_mark_core_committed, context=op, head=head)
+
+
+def test_commit_of_a_missing_operation_is_an_invariant_error(world):
+    _raises(
+        409,
+        "Core commit is missing an artifact-operation checkpoint",
+        services.operation_mark_core_committed,
+        context=op_context(),
+        head="h1",
+    )
+
+
+def test_followup_calls_before_the_core_commits_are_invariant_errors(ctx):
+    _raises(
+        409,
+        "Artifact follow-up cannot fail before the core is committed",
+        services.followup_fail,
+        operation_id="op-1",
+        status="failed",
+        message="m",
+    )
+    _raises(
+        409,
+        "Artifact follow-up is missing an operation checkpoint",
+        services.followup_begin,
+        context=op_context(operation_id="missing"),
+    )
+
+
+def test_materialization_pending_of_a_failed_operation_is_an_invariant_error(ctx):
+    services.operation_mark_core_failed(operation_id="op-1")
+    _raises(
+        409,
+        "An artifact operation whose core failed cannot await materialization",
+        services.operation_mark_core_materialization_pending,
+        context=ctx.operation,
+        head="h1",
+        message="m",
+    )
+
+
+BAD_DECLARATIONS = [
+    ("renderer without revision", {"renderer": "r"}),
+    ("revision without renderer", {"renderer_revision": "1"}),
+    ("upsert without key", {"strategy": "upsert"}),
+    ("key without upsert", {"key": "k"}),
+    ("unknown content type", {"content_type": "image/png"}),
+    ("unknown save", {"save": "forever"}),
+    ("unknown strategy", {"strategy": "merge"}),
+    ("unknown invalidation", {"invalidation": "sometimes"}),
+    ("zero max emits", {"max_emits": 0}),
+    ("contract on text", {"payload_contract": {"type": "string"}}),
+    (
+        "invalid schema",
+        {"content_type": "application/json", "payload_contract": {"type": "nonsense"}},
+    ),
+    ("blank channel", {"channel": " "}),
+]
+
+
+@pytest.mark.parametrize(
+    "override", [c[1] for c in BAD_DECLARATIONS], ids=[c[0] for c in BAD_DECLARATIONS]
+)
+def test_an_invalid_declaration_is_a_400_and_writes_nothing(ctx, override):
+    bad = req_context(op_context(), decl("panel", **override))
+    before = counts()
+    with pytest.raises(HostError) as caught:
+        emit(bad)
+    assert (caught.value.status, caught.value.cause) == (400, "invalid")
+    assert counts() == before
+
+
+def test_duplicate_declaration_names_are_a_400(ctx):
+    with pytest.raises(HostError) as caught:
+        services.request_attempt_begin(context=req_context(op_context(), decl("a"), decl("a")))
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"world_id": ""},
+        {"parent_head": " "},
+        {"operation_id": "x" * 256},
+        {"preset_scripts_enabled": "yes"},
+    ],
+)
+def test_a_malformed_context_is_a_400(world, override):
+    with pytest.raises(HostError) as caught:
+        services.operation_begin(context=op_context(**override))
+    assert caught.value.status == 400
+
+
+def _statements(queries) -> list[str]:
+    """The captured SQL without the test transaction's savepoints."""
+    return [
+        q["sql"]
+        for q in queries
+        if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT"))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("save", "statements"),
+    [("commit", 3), ("operation", 4), ("none", 4)],
+)
+def test_an_emit_costs_a_handful_of_statements(world, save, statements):
+    """Lock the world, read everything the decision needs, insert the record (and its events,
+    when it has any yet): however many records the attempt already has."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ctx = started(op_context(), decl(save=save, max_emits=1000))
+    for n in range(20):
+        emit(ctx, payload=f"p{n}", tool_call_id=f"warm-{n}")
+    with CaptureQueriesContext(connection) as captured:
+        assert emit(ctx, payload="measured", tool_call_id="measured").ok
+    assert len(_statements(captured.captured_queries)) == statements
+    with CaptureQueriesContext(connection) as captured:
+        assert emit(ctx, payload="measured", tool_call_id="measured").idempotent
+    assert len(_statements(captured.captured_queries)) <= statements

@@ -1,0 +1,190 @@
+"""verify_artifacts: each kind of tampering, made by editing rows directly, is reported with
+its world and sequence, and the command exits non-zero."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.db import connection
+
+from artifacts import services
+from artifacts.models import Event, Operation, Record
+from tests.artifacts.helpers import decl, emit, op_context, started
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def filled(world):
+    """A world with records of every save mode, a clear and a committed operation."""
+    op = op_context()
+    ctx = started(
+        op,
+        decl("panel", save="commit"),
+        decl("draft", channel="d", save="operation"),
+        decl("live", channel="l", save="none"),
+    )
+    records = {
+        "panel": emit(ctx, "panel", "final text", "c1").record_id,
+        "draft": emit(ctx, "draft", "draft text", "c2").record_id,
+        "live": emit(ctx, "live", "live text", "c3").record_id,
+    }
+    services.artifact_clear(context=ctx, output="draft", tool_call_id="c4")
+    services.operation_mark_core_committed(context=op, head="h1")
+    return records
+
+
+def _verify() -> tuple[int, str, str]:
+    """Run the command: (exit code, stdout, stderr)."""
+    from io import StringIO
+
+    out, err = StringIO(), StringIO()
+    code = 0
+    try:
+        call_command("verify_artifacts", stdout=out, stderr=err)
+    except SystemExit as exit_:
+        code = int(exit_.code)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _problems() -> list[str]:
+    return [str(p) for p in services.integrity_check()]
+
+
+@contextlib.contextmanager
+def _check_constraints_off():
+    """Let a test write a row the database's check constraints would refuse: the corruption
+    that a restore or a hand edit on a database without them could leave behind."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA ignore_check_constraints = ON")
+        else:  # inside the test's transaction: rolled back with it
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no pending FK checks before DDL
+            cursor.execute(
+                "ALTER TABLE artifacts_operation DROP CONSTRAINT artifact_operation_state"
+            )
+    try:
+        yield
+    finally:
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA ignore_check_constraints = OFF")
+
+
+def test_an_intact_store_verifies_clean_and_exits_zero(filled):
+    assert _problems() == []
+    code, out, err = _verify()
+    assert (code, err) == (0, "")
+    assert "OK: 1 world(s) checked" in out
+
+
+def test_a_changed_payload_is_reported_with_its_world_and_sequence(filled):
+    record = Record.objects.get(record_id=filled["panel"])
+    Record.objects.filter(pk=record.pk).update(payload="tampered text")
+
+    code, _, err = _verify()
+
+    assert code == 1
+    assert (
+        f"CORRUPT world=world-1 sequence={record.sequence}: "
+        "the payload does not match its fingerprint"
+    ) in err
+
+
+def test_a_changed_ephemeral_payload_in_the_cache_is_reported(filled):
+    record = Record.objects.get(record_id=filled["live"])
+    cache.set(f"hyphae:artifacts:payload:{record.pk}", "tampered")
+    assert (
+        f"world=world-1 sequence={record.sequence}: the payload does not match its fingerprint"
+        in _problems()
+    )
+
+
+def test_a_changed_record_field_breaks_the_record_fingerprint(filled):
+    record = Record.objects.get(record_id=filled["panel"])
+    Record.objects.filter(pk=record.pk).update(channel="elsewhere")
+    assert (
+        f"world=world-1 sequence={record.sequence}: "
+        "the record does not match its record fingerprint"
+    ) in _problems()
+
+
+def test_a_duplicated_sequence_is_reported(filled):
+    record = Record.objects.get(record_id=filled["panel"])
+    event = Event.objects.filter(kind="clear").get()
+    Event.objects.filter(pk=event.pk).update(sequence=record.sequence)
+
+    code, _, err = _verify()
+
+    assert code == 1
+    assert f"world=world-1 sequence={record.sequence}: sequence is used 2 times" in err
+    assert f"world=world-1 sequence={event.sequence}: sequence is missing" in err
+
+
+def test_an_event_naming_a_missing_record_is_reported(filled):
+    event = Event.objects.filter(kind="activate").order_by("sequence").first()
+    Event.objects.filter(pk=event.pk).update(record_id="artifact:999:0123456789abcdef")
+
+    code, _, err = _verify()
+
+    assert code == 1
+    assert (
+        f"world=world-1 sequence={event.sequence}: the activate event names a missing record "
+        "'artifact:999:0123456789abcdef'"
+    ) in err
+
+
+def test_an_operation_in_an_invalid_state_is_reported(filled):
+    with _check_constraints_off():
+        Operation.objects.filter(pk="op-1").update(status="running")  # a running op with a head
+
+    code, _, err = _verify()
+
+    assert code == 1
+    assert "world=world-1 sequence=-: operation op-1 is in an invalid state" in err
+
+
+def test_a_blank_message_the_database_accepts_is_still_an_invalid_state(world):
+    op = op_context()
+    started(op, decl())
+    services.operation_mark_core_materialization_pending(context=op, head="h1", message="m")
+    Operation.objects.filter(pk="op-1").update(message="   ")
+    assert any("operation op-1 is in an invalid state" in p for p in _problems())
+
+
+def test_a_projection_column_edited_without_its_event_is_reported(filled):
+    record = Record.objects.get(record_id=filled["panel"])
+    Record.objects.filter(pk=record.pk).update(superseded=True)
+    assert (
+        f"world=world-1 sequence={record.sequence}: "
+        "record projection state does not match its events"
+    ) in _problems()
+
+
+def test_a_bind_head_event_for_another_head_is_reported(filled):
+    event = Event.objects.filter(kind="bind_head").first()
+    Event.objects.filter(pk=event.pk).update(head="h-other")
+    assert any(
+        f"sequence={event.sequence}: the bind_head event does not match" in p for p in _problems()
+    )
+
+
+def test_a_record_whose_identity_no_longer_matches_its_operation_is_reported(filled):
+    record = Record.objects.get(record_id=filled["draft"])
+    Operation.objects.filter(pk="op-1").update(preset_revision="r-edited")
+    assert (
+        f"world=world-1 sequence={record.sequence}: the record does not match its operation's "
+        "identity"
+    ) in _problems()
+
+
+def test_the_check_can_be_limited_to_one_world(filled, owner):
+    from tests.artifacts.helpers import make_world
+
+    make_world(owner, "world-2")
+    Record.objects.filter(record_id=filled["panel"]).update(payload="tampered")
+    assert services.integrity_check(world_ids=["world-2"]) == []
+    assert services.integrity_check(world_ids=["world-1"]) != []
