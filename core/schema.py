@@ -96,3 +96,19 @@ class NoAuthScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "HOST_AUTH=none (local development only): no credentials.",
         }
+
+
+# --- Component names -----------------------------------------------------------------------------
+from drf_spectacular.openapi import AutoSchema  # noqa: E402
+
+
+class HostAutoSchema(AutoSchema):
+    """Names nested serializers after their view (`TokenListCreateApi.InputSerializer` →
+    `TokenListCreateInput`), so every view can call its own `InputSerializer`/`OutputSerializer`
+    without component-name collisions."""
+
+    def get_serializer_name(self, serializer, direction):  # type: ignore[no-untyped-def]
+        parts = type(serializer).__qualname__.split(".")
+        if len(parts) > 1:
+            return parts[-2].removesuffix("Api") + parts[-1]
+        return super().get_serializer_name(serializer, direction)

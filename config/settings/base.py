@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "core",
     "conversations",
     "extensions_host",
+    "extensions_host.contributions",
     "extensions_host.background",
     "extensions_host.surfaces",
     "artifacts",
@@ -114,6 +115,8 @@ DATABASES = {
     ),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # a fresh clone has no var/ yet: SQLite cannot create its file without the folder
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 30,
         "transaction_mode": "IMMEDIATE",
@@ -195,9 +198,10 @@ REST_FRAMEWORK = {
         "core.auth.NoAuthDevelopmentAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.permissions.DenyAll"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.HostJSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["core.throttling.WriteRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.schema.HostAutoSchema",
     "EXCEPTION_HANDLER": "core.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"writes": HOST_WRITE_RATE},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -330,6 +334,9 @@ if not (
 SPECTACULAR_SETTINGS.setdefault(
     "POSTPROCESSING_HOOKS", ["drf_spectacular.hooks.postprocess_schema_enums"]
 ).append("extensions_host.surfaces.schema.add_event_stream")
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {"InteractionStatusEnum": "extensions_host.surfaces.models.InteractionStatus"}
+)
 
 # --- Background work: timers, settled delivery, lifecycle outbox, jobs (spec 03) ---------------
 # Precise timer wakes are scheduled (Celery eta) at most this far ahead; it must stay well below
@@ -343,3 +350,58 @@ HOST_SWEEP_BUDGET_SECONDS = env_int("HOST_SWEEP_BUDGET_SECONDS", 5, minimum=1)
 HOST_SETTLED_BATCH = env_int("HOST_SETTLED_BATCH", 64, minimum=1)
 # A job instant older than this when the sweep sees it counts as missed (not run late).
 HOST_JOB_MISFIRE_GRACE_SECONDS = env_int("HOST_JOB_MISFIRE_GRACE_SECONDS", 60, minimum=1)
+
+# --- Extension contributions: stores, notifiers, providers, web UI, metrics, CSP (spec 05) ------
+# Secrets are encrypted with a key derived from HOST_SECRET_KEY (default: SECRET_KEY). To rotate,
+# set the new HOST_SECRET_KEY, list the previous value(s) in HOST_SECRET_KEYS_OLD (they still
+# decrypt), then run `manage.py secrets_reencrypt` and drop the old values.
+HOST_SECRET_KEY = env.str("HOST_SECRET_KEY", default="")
+HOST_SECRET_KEYS_OLD = [k for k in env.list("HOST_SECRET_KEYS_OLD", default=[]) if k]
+# The default model for the agent runtime; unset: the last provider proposing one wins.
+HOST_DEFAULT_MODEL = env.str("HOST_DEFAULT_MODEL", default="")
+# The web UI bundle served at /ui/ (by name); an unknown name is a startup error.
+HOST_WEBUI_BUNDLE = env.str("HOST_WEBUI_BUNDLE", default="")
+# Notifier delivery: attempts per notification (then the notifier is reported degraded),
+# exponential backoff base and cap, and the deadline of one notify() call.
+HOST_NOTIFY_MAX_ATTEMPTS = env_int("HOST_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
+HOST_NOTIFY_BACKOFF_SECONDS = env_int("HOST_NOTIFY_BACKOFF_SECONDS", 10, minimum=1)
+HOST_NOTIFY_BACKOFF_MAX_SECONDS = env_int("HOST_NOTIFY_BACKOFF_MAX_SECONDS", 3600, minimum=1)
+HOST_NOTIFY_DEADLINE_MS = env_int("HOST_NOTIFY_DEADLINE_MS", 10_000, minimum=1)
+if HOST_NOTIFY_DEADLINE_MS > 300_000:
+    raise ImproperlyConfigured("HOST_NOTIFY_DEADLINE_MS must be <= 300000")
+# How often ctx.host.conversations.watch polls a conversation's version.
+HOST_WATCH_POLL_SECONDS = float(env.str("HOST_WATCH_POLL_SECONDS", default="0.1"))
+if not 0 < HOST_WATCH_POLL_SECONDS <= 10:
+    raise ImproperlyConfigured("HOST_WATCH_POLL_SECONDS must be in (0, 10]")
+# /metrics: a bearer token, and/or the networks allowed without one (loopback by default; set
+# it empty behind a reverse proxy on the same machine, where every caller looks local).
+HOST_METRICS_TOKEN = env.str("HOST_METRICS_TOKEN", default="")
+try:
+    HOST_METRICS_NETWORKS = [
+        ipaddress.ip_network(n, strict=False)
+        for n in env.list("HOST_METRICS_NETWORKS", default=["127.0.0.0/8", "::1/128"])
+        if n
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"HOST_METRICS_NETWORKS: {exc}") from exc
+# Request durations for /metrics; a strict Content-Security-Policy (django-csp) on every
+# response, since pages render model- and extension-produced content: scripts only from this
+# origin (never inline), nothing framed, no plugins. Inline style attributes stay allowed (the
+# admin uses them; styles cannot run code). The Swagger UI at /v1/docs loads from a CDN.
+MIDDLEWARE.append("extensions_host.contributions.metrics.MetricsMiddleware")
+MIDDLEWARE.append("csp.middleware.CSPMiddleware")
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/v1/docs"],
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    },
+}

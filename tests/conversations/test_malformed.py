@@ -325,11 +325,6 @@ def test_unicode_digits_in_the_owner_filter_are_not_a_crash(api, owner):
     assert api(owner).get("/v1/conversations", {"owner": "²"}).status_code == 200
 
 
-@pytest.mark.xfail(
-    reason="core: DRF's JSONParser lets json's RecursionError escape as a 500; needs a parser "
-    "(or handler) in core mapping it to 400 — reported to the lead",
-    strict=False,
-)
 def test_deeply_nested_json_is_a_400(setup):
     _, call = setup
     response = call("submit", data='{"parts": ' + "[" * 100_000 + "]" * 100_000 + "}")

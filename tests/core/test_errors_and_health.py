@@ -92,3 +92,25 @@ def test_readyz_is_not_ready_until_beat_ticks_and_again_when_it_goes_quiet(fake_
 def test_the_openapi_schema_is_served():
     response = APIClient().get("/v1/schema", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
+
+
+def test_writes_over_the_rate_are_throttled_with_retry_after(api, owner):
+    from django.core.cache import cache
+
+    from core.throttling import WriteRateThrottle
+
+    cache.clear()
+    original = WriteRateThrottle.THROTTLE_RATES
+    WriteRateThrottle.THROTTLE_RATES = {"writes": "2/min"}
+    try:
+        client = api(owner)
+        statuses = [client.post("/v1/auth/tokens", {}, format="json").status_code
+                    for _ in range(3)]
+        assert statuses == [201, 201, 429]
+        response = client.post("/v1/auth/tokens", {}, format="json")
+        assert response["Retry-After"].isdigit()
+        assert response.json()["error"]["cause"] == "throttled"
+        assert client.get("/v1/auth/tokens").status_code == 200  # reads are not throttled
+    finally:
+        WriteRateThrottle.THROTTLE_RATES = original
+        cache.clear()
