@@ -104,8 +104,7 @@ def test_writes_over_the_rate_are_throttled_with_retry_after(api, owner):
     WriteRateThrottle.THROTTLE_RATES = {"writes": "2/min"}
     try:
         client = api(owner)
-        statuses = [client.post("/v1/auth/tokens", {}, format="json").status_code
-                    for _ in range(3)]
+        statuses = [client.post("/v1/auth/tokens", {}, format="json").status_code for _ in range(3)]
         assert statuses == [201, 201, 429]
         response = client.post("/v1/auth/tokens", {}, format="json")
         assert response["Retry-After"].isdigit()

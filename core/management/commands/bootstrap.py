@@ -73,8 +73,8 @@ class Command(BaseCommand):
     def _demo_conversation(self) -> None:
         if Conversation.objects.filter(pk="demo").exists():
             return
-        from core.auth import user_principal
         from conversations import services
+        from core.auth import user_principal
 
         admin = get_user_model().objects.get(username=ADMIN_USERNAME)
         services.conversation_create(
