@@ -40,4 +40,32 @@ app.conf.beat_schedule = {
     "prune": {"task": "core.tasks.prune", "schedule": 3600.0},
     # Resume stopped extensions whose auto-resume backoff (1, 5, 30 min) has passed.
     "auto-resume": {"task": "extensions_host.tasks.auto_resume_sweep", "schedule": 30.0},
+    # Fire due extension timers (precise `eta` wakes come on top, see background/services/wake).
+    "fire-timers": {"task": "extensions_host.background.tasks.fire_timers", "schedule": TICK},
+    # Safety net for settled delivery (it is also kicked after every settle).
+    "deliver-settled": {
+        "task": "extensions_host.background.tasks.settled_sweep",
+        "schedule": TICK,
+    },
+    # Safety net for the lifecycle outbox: fan out and deliver (also kicked after commit).
+    "deliver-lifecycle": {
+        "task": "extensions_host.background.tasks.lifecycle_sweep",
+        "schedule": TICK,
+    },
+    # Run due extension jobs (and manual triggers).
+    "run-jobs": {"task": "extensions_host.background.tasks.run_jobs", "schedule": TICK},
+    # Emit conversation_idle for conversations idle past IDLE_AFTER_SECONDS.
+    "detect-idle": {"task": "extensions_host.background.tasks.detect_idle", "schedule": 30.0},
+    # Delete lifecycle outbox events delivered to every subscriber over an hour ago.
+    "prune-outbox": {
+        "task": "extensions_host.background.tasks.background_prune",
+        "schedule": 3600.0,
+    },
+    # Drop expired attention items (they are already hidden from every view).
+    "prune-attention": {"task": "extensions_host.surfaces.tasks.prune_attention", "schedule": 60.0},
+    # Notifier deliveries whose task was lost or whose worker died (retries are scheduled).
+    "notifications-sweep": {
+        "task": "extensions_host.contributions.tasks.notifications_sweep",
+        "schedule": 30.0,
+    },
 }

@@ -7,6 +7,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from core import api as core_api
+from extensions_host.contributions import urls as contributions_urls
+from extensions_host.contributions import views as contributions_views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -18,7 +20,12 @@ urlpatterns = [
     path("v1/auth/tokens/<int:token_id>", core_api.TokenRevokeApi.as_view(), name="token-revoke"),
     path("v1/", include("conversations.urls")),
     path("v1/", include("extensions_host.urls")),
+    path("v1/", include("extensions_host.surfaces.urls")),
     path("v1/", include("artifacts.urls")),
+    path("v1/", include("extensions_host.contributions.urls")),
+    path("ui/", include(contributions_urls.webui_urlpatterns)),
+    path("metrics", contributions_views.metrics, name="metrics"),
+    path("v1/", include("extensions_host.background.urls")),
 ]
 
 handler400 = "core.views.bad_request"

@@ -78,8 +78,11 @@ def _detail(request: Request, conversation_id: str, code: int = 200) -> Response
     conversation = selectors.conversation_view(
         principal=principal_of(request), conversation_id=conversation_id
     )
-    # filled by the attention and ambient issues
-    conversation.attention, conversation.ambient = [], []
+    # visible attention and ambient surfaces: running extensions granted `attention`
+    from extensions_host.surfaces.selectors import ambient_visible, attention_visible
+
+    conversation.attention = attention_visible(conversation_id=conversation.pk)
+    conversation.ambient = ambient_visible(conversation_id=conversation.pk)
     return Response(ConversationDetailSerializer(conversation).data, status=code)
 
 

@@ -43,4 +43,7 @@ def capture_empty() -> dict[str, Any]:
 
 def run_capture(run: Run) -> dict[str, Any]:
     """Participants, prompt sections, tool modules, skills, files and compaction handoff."""
-    return capture_empty()
+    # imported here: the extension host depends on conversations, never the reverse at import
+    from extensions_host.surfaces.services.participation import participation_capture
+
+    return participation_capture(run)

@@ -19,7 +19,7 @@ os.environ.setdefault("AGENT_RUNTIME", "external")
 os.environ.setdefault("LOG_JSON", "true")
 
 from config.settings.base import *  # noqa: E402, F403
-from config.settings.base import env, env_bool, env_int  # noqa: E402
+from config.settings.base import env_bool, env_int  # noqa: E402
 
 if HOST_AUTH == "none":  # noqa: F405
     raise ImproperlyConfigured("HOST_AUTH=none is for local development only")

@@ -7,8 +7,8 @@ import os
 
 os.environ.setdefault("HOST_AUTO_ADMIT", "true")
 
-from config.settings.base import *  # noqa: E402, F403
-from config.settings.base import DATABASES, REST_FRAMEWORK, VAR_DIR  # noqa: E402
+from config.settings.base import *  # noqa: F403
+from config.settings.base import DATABASES, REST_FRAMEWORK, VAR_DIR
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

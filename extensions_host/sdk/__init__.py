@@ -10,6 +10,18 @@ Everything here is typed (pydantic v2 for every schema) and stable within SDK ma
 from __future__ import annotations
 
 from extensions_host.sdk.context import CollectionHandle, Context, DocumentHandle
+from extensions_host.sdk.contributions import (
+    CORE_SLASH_COMMANDS,
+    Health,
+    NotificationEvent,
+    Notifier,
+    Provider,
+    Readiness,
+    Route,
+    SlashCommand,
+    SlashInvocation,
+    WebUIBundle,
+)
 from extensions_host.sdk.definition import (
     GRANTS,
     HOOK_GRANTS,
@@ -32,17 +44,33 @@ from extensions_host.sdk.errors import (
     StateError,
 )
 from extensions_host.sdk.models import Caller, CatalogEntry, EmptyInput, MigrationRow, TimerEvent
+from extensions_host.surfaces.types import (
+    Accepted,
+    AmbientRecord,
+    AttentionItem,
+    FileRef,
+    InteractionRecord,
+    NotReady,
+    Prompt,
+    PromptSection,
+    RunInfo,
+    ToolModule,
+)
 
 SDK_VERSION = "1.0.0"
 
 __all__ = [
+    "CORE_SLASH_COMMANDS",
     "GRANTS",
     "HOOK_GRANTS",
     "LIFECYCLE_EVENTS",
     "MAX_KEY_CHARS",
     "MAX_RECORD_BYTES",
     "SDK_VERSION",
+    "Accepted",
     "AdmissionError",
+    "AmbientRecord",
+    "AttentionItem",
     "Caller",
     "CatalogEntry",
     "Collection",
@@ -56,10 +84,26 @@ __all__ = [
     "EmptyInput",
     "Extension",
     "ExtensionStop",
+    "FileRef",
+    "Health",
+    "InteractionRecord",
     "MigrationRow",
+    "NotReady",
+    "NotificationEvent",
+    "Notifier",
+    "Prompt",
+    "PromptSection",
+    "Provider",
+    "Readiness",
     "Retry",
+    "Route",
+    "RunInfo",
     "SdkError",
+    "SlashCommand",
+    "SlashInvocation",
     "StateError",
     "TimerEvent",
     "Tool",
+    "ToolModule",
+    "WebUIBundle",
 ]

@@ -15,6 +15,7 @@ from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.hooks import hook_project
 from extensions_host.runtime.stops import extension_stop, missing_handler_reason
 from extensions_host.services.commands import command_catalog
+from extensions_host.surfaces.selectors import attention_visible
 
 MSG_UPDATING = "Extension is updating to a new revision"
 
@@ -36,8 +37,8 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
         "conversation_id": conversation.id,
         "version": version if version is not None else conversation.version,
         "slots": slots,
-        # visible attention joins the projection with the attention capability
-        "attention": [],
+        # items of running extensions granted `attention` (a query-time join on the roster)
+        "attention": attention_visible(conversation_id=conversation.id),
     }
 
 

@@ -1,0 +1,61 @@
+"""The staff console for the conversation surfaces: attention, ambient, interactions, tool-call
+results and notification events (read-mostly: these are written by extensions and users)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from extensions_host.surfaces.models import (
+    AmbientSurface,
+    AttentionItem,
+    Interaction,
+    NotificationEvent,
+    ToolCallResult,
+)
+
+
+class _ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(AttentionItem)
+class AttentionItemAdmin(_ReadOnly):
+    list_display = ["item_id", "level", "title", "extension", "conversation", "expires_at_ms"]
+    list_filter = ["level", "extension"]
+    search_fields = ["item_id", "title", "conversation__id"]
+    list_select_related = ["extension", "conversation"]
+
+
+@admin.register(AmbientSurface)
+class AmbientSurfaceAdmin(_ReadOnly):
+    list_display = ["key", "place", "extension", "conversation", "cleared", "updated_at_ms"]
+    list_filter = ["place", "cleared", "extension"]
+    search_fields = ["key", "conversation__id"]
+    list_select_related = ["extension", "conversation"]
+
+
+@admin.register(Interaction)
+class InteractionAdmin(_ReadOnly):
+    list_display = ["call_id", "kind", "status", "extension", "conversation", "created_at_ms"]
+    list_filter = ["status", "kind", "extension"]
+    search_fields = ["call_id", "prompt", "conversation__id"]
+    list_select_related = ["extension", "conversation"]
+
+
+@admin.register(ToolCallResult)
+class ToolCallResultAdmin(_ReadOnly):
+    list_display = ["tool_call_id", "run", "extension_id", "tool", "ok", "reason", "created_at"]
+    list_filter = ["ok", "extension_id"]
+    search_fields = ["tool_call_id", "reason"]
+
+
+@admin.register(NotificationEvent)
+class NotificationEventAdmin(_ReadOnly):
+    list_display = ["type", "conversation_id", "user", "title", "created_at", "delivered_at"]
+    list_filter = ["type"]
+    search_fields = ["conversation_id", "title"]

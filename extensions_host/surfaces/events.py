@@ -1,0 +1,199 @@
+"""`GET /v1/conversations/{id}/events`: the Server-Sent Events stream of one conversation.
+
+An async view, served by the ASGI process (`uvicorn config.asgi`, spec 08 process layout) so
+an open stream never ties up an API worker. Every event is
+
+    id: <version>
+    event: change
+    data: {"conversation_id", "version", "changed": [kinds…]}
+
+sent soon after the commit that moved the version: on PostgreSQL a `NOTIFY` wakes the stream
+at once (polling every `HOST_SSE_POLL_HINTED_SECONDS` is the fallback); on SQLite it polls
+every `HOST_SSE_POLL_SECONDS`. A comment line keeps idle connections alive; the stream ends
+after `HOST_SSE_LIFETIME_SECONDS` and the client reconnects with `Last-Event-ID` (the last
+version it saw): a newer version is sent at once (everything may have changed), the same one
+sends nothing. Access is checked at connect and on every poll: a conversation that is deleted or
+no longer readable ends the stream with an `event: gone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+
+from conversations.selectors import conversation_get
+from core.auth import Principal, principal_of
+from core.errors import MSG_BAD_CREDENTIALS, MSG_UNAUTHENTICATED, HostError
+from core.middleware import json_error
+from extensions_host.surfaces.live import (
+    KINDS,
+    change_hub,
+    changed_kinds,
+    conversation_digests,
+    conversation_version,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+VERSION_MAX = 2**63 - 1
+
+
+class _Unavailable(Exception):
+    """The database did not answer this poll; the stream keeps going."""
+
+
+def _authenticate(request: HttpRequest) -> Principal:
+    """The DRF authentication classes, as every API view runs them."""
+    drf_request = Request(
+        request, authenticators=[cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
+    )
+    try:
+        drf_request.auth  # noqa: B018 (the property authenticates)
+    except drf_exceptions.APIException as exc:
+        raise HostError("auth", "unauthenticated", MSG_BAD_CREDENTIALS) from exc
+    return principal_of(drf_request)
+
+
+def _open(request: HttpRequest, conversation_id: str) -> Principal:
+    """Authenticate and check read access (404 for what the principal cannot read; 401 for an
+    anonymous caller, who learns nothing about what exists)."""
+    close_old_connections()
+    principal = _authenticate(request)
+    try:
+        conversation_get(principal=principal, conversation_id=conversation_id)
+    except HostError as exc:
+        if exc.cause == "not_found" and not principal.is_authenticated:
+            raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
+        raise
+    return principal
+
+
+def _db(fn: Callable[..., T]) -> Callable[..., T]:
+    """A database read of the stream. A failure closes this thread's connection (the next poll
+    reconnects) and is reported as `_Unavailable` instead of ending the stream."""
+
+    def run(**kwargs: Any) -> T:
+        try:
+            return fn(**kwargs)
+        except DatabaseError as exc:
+            connection.close()
+            raise _Unavailable from exc
+
+    return run
+
+
+_version = sync_to_async(_db(conversation_version), thread_sensitive=False)
+_digests = sync_to_async(_db(conversation_digests), thread_sensitive=False)
+
+
+def last_event_id(request: HttpRequest) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or ""
+    raw = raw.strip()
+    if not raw.isdigit() or len(raw) > 19 or int(raw) > VERSION_MAX:
+        return None
+    return int(raw)
+
+
+def sse(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def _change(conversation_id: str, version: int, changed: list[str]) -> str:
+    return sse(
+        "change",
+        {"conversation_id": conversation_id, "version": version, "changed": changed},
+        event_id=version,
+    )
+
+
+async def conversation_events(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    if request.method not in ("GET", "HEAD"):
+        return json_error(HostError("contract", "invalid", "Method not allowed", status=405))
+    try:
+        principal = await sync_to_async(_open)(request, conversation_id)
+    except HostError as exc:
+        response = json_error(exc)
+        if exc.cause == "unauthenticated":
+            response["WWW-Authenticate"] = 'Bearer realm="hyphae"'
+        return response
+    stream = event_stream(
+        conversation_id=conversation_id, principal=principal, last_seen=last_event_id(request)
+    )
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies must not buffer the stream
+    return response
+
+
+async def event_stream(
+    *, conversation_id: str, principal: Principal, last_seen: int | None
+) -> AsyncIterator[str]:
+    """The stream body (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    hub = change_hub()
+    wake = hub.subscribe(conversation_id)
+    lifetime = float(settings.HOST_SSE_LIFETIME_SECONDS)
+    keepalive = float(settings.HOST_SSE_KEEPALIVE_SECONDS)
+    started = last_sent = loop.time()
+    try:
+        yield f"retry: {int(settings.HOST_SSE_RETRY_MS)}\n\n"
+        try:
+            version = await _version(conversation_id=conversation_id, principal=principal)
+            digests = await _digests(conversation_id=conversation_id)
+        except _Unavailable:
+            yield sse("unavailable", {"conversation_id": conversation_id})
+            return
+        if version is None:
+            yield sse("gone", {"conversation_id": conversation_id})
+            return
+        if last_seen is None:
+            yield _change(conversation_id, version, [])
+        elif last_seen != version:
+            yield _change(conversation_id, version, [k for k in KINDS])
+        while True:
+            now = loop.time()
+            if now - started >= lifetime:
+                return  # bounded lifetime: the client reconnects with Last-Event-ID
+            interval = float(
+                settings.HOST_SSE_POLL_HINTED_SECONDS
+                if hub.listening
+                else settings.HOST_SSE_POLL_SECONDS
+            )
+            timeout = min(interval, keepalive - (now - last_sent), lifetime - (now - started))
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=max(timeout, 0.01))
+            except TimeoutError:
+                pass
+            wake.clear()
+            try:
+                current = await _version(conversation_id=conversation_id, principal=principal)
+                if current is None:
+                    yield sse("gone", {"conversation_id": conversation_id})
+                    return
+                if current != version:
+                    fresh = await _digests(conversation_id=conversation_id)
+                    changed = changed_kinds(digests, fresh)
+                    version, digests = current, fresh
+                    yield _change(conversation_id, version, changed)
+                    last_sent = loop.time()
+                    continue
+            except _Unavailable:
+                logger.warning("event stream of %s: database unavailable", conversation_id)
+            if loop.time() - last_sent >= keepalive:
+                yield ": keep-alive\n\n"
+                last_sent = loop.time()
+    finally:
+        hub.unsubscribe(conversation_id, wake)

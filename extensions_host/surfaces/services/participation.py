@@ -1,0 +1,396 @@
+"""Run participation at claim (spec 01 "What a claim captures", spec 04 "Run participation").
+
+`participation_capture(run)` runs after the claim committed, outside any write transaction; every
+hook runs read-only through the runtime (`run_frame(mode="read")`). For the captured
+extensions only (running, loaded at the roster's revision, with any of the grants `run_tools
+files prompt compaction_handoff`), in roster order, it computes:
+
+- prompt sections (`prompt`): the bounds of spec 04; a violation raises `CaptureRejected` whose
+  release transaction also stops the extension (stop, release and re-queue in one transaction);
+- tool modules (`run_tools`): declared tools with JSON schemas; a failure drops the module;
+- files (`files`): the first captured extension; a failure rejects the claim;
+- compaction handoff: the first captured extension with the grant and the hook;
+- skills: none are contributed yet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from conversations.capture import CaptureRejected
+from conversations.models import Run
+from conversations.selectors import entry_text, run_has_pending_steer, run_inputs
+from core.errors import HostError
+from extensions_host import registry
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.registry import LoadedExtension
+from extensions_host.runtime import (
+    FrameOutcome,
+    InvalidResult,
+    extension_stop,
+    missing_handler_reason,
+    run_frame,
+)
+from extensions_host.runtime.hooks import encode_json
+from extensions_host.surfaces.models import ToolCallResult
+from extensions_host.surfaces.types import FileRef, RunInfo, ToolModule
+
+RUN_GRANTS = frozenset({"run_tools", "files", "prompt", "compaction_handoff"})
+
+SECTION_NAME = re.compile(r"\A[a-z][A-Za-z0-9_-]{0,63}\Z")
+SECTION_TEXT_MAX_BYTES = 8192
+SECTIONS_PER_EXTENSION = 16
+SECTIONS_TOTAL_BYTES = 65536
+FILES_MAX = 256
+
+MSG_PROMPT_INVALID = "Extension prompt is invalid"
+MSG_PROMPT_FAILED = "Extension prompt failed"
+MSG_PROMPT_UNAVAILABLE = "Extension prompt is unavailable"
+MSG_PROMPT_RETRY = "Extension prompt asked to retry"
+MSG_FILES_FAILED = "Extension Files capture failed"
+MSG_FILES_UNAVAILABLE = "Extension Files are unavailable"
+MSG_MODULE_INVALID = "Extension tool module is invalid"
+MSG_HANDOFF_INVALID = "Extension compaction handoff is not JSON"
+REASON_PROMPT_INVALID = "prompt: section is invalid or exceeds its bound"
+
+
+@dataclass(frozen=True)
+class Participant:
+    row: RosterEntry
+    loaded: LoadedExtension
+
+    @property
+    def id(self) -> str:
+        return self.row.id
+
+    @property
+    def grants(self) -> frozenset[str]:
+        return frozenset(self.row.admitted_grants or [])
+
+
+def run_info(run: Run) -> RunInfo:
+    """What hooks receive as `run`: its id, conversation and inputs (texts position-paired)."""
+    inputs = run_inputs(run_id=run.pk)
+    texts = [
+        entry_text(s.entry.content) if getattr(s, "entry", None) and not s.entry.withdrawn else ""
+        for s in inputs
+    ]
+    return RunInfo(
+        id=run.pk,
+        conversation_id=run.conversation_id,
+        inputs=tuple(s.pk for s in inputs),
+        input_texts=tuple(texts),
+    )
+
+
+def run_participants() -> list[Participant]:
+    """Running extensions with a run grant, loaded here at the roster's revision, roster order."""
+    result = []
+    rows = RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).order_by("id")
+    for row in rows:
+        loaded = registry.get(row.id)
+        if loaded is None or loaded.revision != row.revision:
+            continue  # not runnable by this process (rolling deploy): not captured
+        if RUN_GRANTS & set(row.admitted_grants or []):
+            result.append(Participant(row=row, loaded=loaded))
+    return result
+
+
+def participation_capture(run: Run) -> dict[str, Any]:
+    """Everything the claim captures for the run (see the module docstring)."""
+    captured = run_participants()
+    info = run_info(run)
+    sections = _prompt_sections(captured, info)
+    files = _files(captured, info)
+    modules = _tool_modules(captured, info)
+    handoff = _compaction_handoff(captured, info)
+    return {
+        "participants": [
+            {"id": p.id, "fingerprint": p.loaded.fingerprint, "revision": p.loaded.revision}
+            for p in captured
+        ],
+        "prompt_sections": sections,
+        "tool_modules": modules,
+        "skills": [],
+        "files": files,
+        "compaction_handoff": handoff,
+    }
+
+
+def _read_hook(
+    participant: Participant,
+    hook: str,
+    fn: Callable[..., Any],
+    info: RunInfo,
+    validate: Callable[[Any], Any] | None = None,
+) -> FrameOutcome:
+    return run_frame(
+        extension_id=participant.id,
+        hook=hook,
+        call=lambda ctx: fn(ctx, info),
+        mode="read",
+        failures="stop",
+        boundary="request",
+        validate=validate,
+    )
+
+
+def _stop_later(participant: Participant, hook: str, reason: str) -> Callable[[], None]:
+    """A stop written into the claim's release transaction (stop + release + re-queue commit
+    together)."""
+
+    def stop() -> None:
+        extension_stop(
+            extension_id=participant.id,
+            hook=hook,
+            reason=reason,
+            revision=participant.loaded.revision,
+            enclosing=True,
+        )
+
+    return stop
+
+
+# --- prompt sections --------------------------------------------------------------------------
+
+
+def _prompt_sections(captured: list[Participant], info: RunInfo) -> list[dict[str, str]]:
+    sections: list[dict[str, str]] = []
+    total = 0
+    for participant in captured:
+        if "prompt" not in participant.grants:
+            continue
+        fn = participant.loaded.definition.hooks.single.get("prompt")
+        if fn is None:
+            raise CaptureRejected(
+                HostError("extensions", "rejected", MSG_PROMPT_UNAVAILABLE),
+                in_release_transaction=_stop_later(
+                    participant, "prompt", missing_handler_reason("prompt")
+                ),
+            )
+        outcome = _read_hook(participant, "prompt", fn, info)
+        if outcome.status == "stopped":
+            raise CaptureRejected(HostError("extensions", "rejected", MSG_PROMPT_FAILED))
+        if outcome.status == "retry":
+            raise CaptureRejected(
+                HostError(
+                    "extensions",
+                    "unavailable",
+                    MSG_PROMPT_RETRY,
+                    retry_after=max(1, int(outcome.retry_after or 1)),
+                )
+            )
+        if not outcome.ok:
+            continue  # stopped or updated meanwhile: it no longer takes part
+        values, problem = prompt_sections_check(outcome.value)
+        if problem is None:
+            total += sum(len(v["text"].encode("utf-8")) for v in values)
+            if total > SECTIONS_TOTAL_BYTES:
+                problem = f"all sections together exceed {SECTIONS_TOTAL_BYTES} bytes"
+        if problem is not None:
+            raise CaptureRejected(
+                HostError("extensions", "rejected", MSG_PROMPT_INVALID),
+                in_release_transaction=_stop_later(
+                    participant, "prompt", f"{REASON_PROMPT_INVALID}: {problem}"
+                ),
+            )
+        sections.extend(
+            {"name": f"{participant.id}.{v['name']}", "text": v["text"]}
+            for v in sorted(values, key=lambda v: v["name"])
+        )
+    return sections
+
+
+def prompt_sections_check(value: Any) -> tuple[list[dict[str, str]], str | None]:
+    """The sections one extension returned, or the first rule they break (spec 04): a list of
+    `{name, text}`; name `^[a-z][A-Za-z0-9_-]{0,63}$`; text non-empty and at most 8,192 UTF-8
+    bytes; at most 16 sections; names unique."""
+    if not isinstance(value, list | tuple):
+        return [], "the result is not a list of sections"
+    if len(value) > SECTIONS_PER_EXTENSION:
+        return [], f"more than {SECTIONS_PER_EXTENSION} sections"
+    result: list[dict[str, str]] = []
+    for item in value:
+        data = item.model_dump() if isinstance(item, BaseModel) else item
+        if not isinstance(data, dict) or set(data) != {"name", "text"}:
+            return [], "a section is not exactly {name, text}"
+        name, text = data["name"], data["text"]
+        if not isinstance(name, str) or SECTION_NAME.match(name) is None:
+            return [], f"section name {str(name)[:80]!r} does not match {SECTION_NAME.pattern}"
+        if not isinstance(text, str) or not text:
+            return [], f"section {name} has no text"
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            size = -1
+        if size < 0 or "\x00" in text:
+            return [], f"section {name} is not valid text"
+        if size > SECTION_TEXT_MAX_BYTES:
+            return [], f"section {name} exceeds {SECTION_TEXT_MAX_BYTES} bytes"
+        result.append({"name": name, "text": text})
+    names = [section["name"] for section in result]
+    if len(set(names)) != len(names):
+        return [], "section names are not unique"
+    return result, None
+
+
+# --- tool modules -----------------------------------------------------------------------------
+
+
+def _tool_modules(captured: list[Participant], info: RunInfo) -> list[dict[str, Any]]:
+    modules = []
+    for participant in captured:
+        if "run_tools" not in participant.grants:
+            continue
+        definition = participant.loaded.definition
+        declared = definition.hooks.tools
+        fn = definition.hooks.single.get("module_for_run")
+        if fn is None:
+            # no hook: the run gets every declared tool (none declared: no module)
+            module: dict[str, Any] | None = (
+                _module(participant, sorted(declared), "") if declared else None
+            )
+        else:
+            outcome = _read_hook(
+                participant,
+                "module_for_run",
+                fn,
+                info,
+                validate=lambda value, p=participant: _module_of(p, value),
+            )
+            module = outcome.value if outcome.ok else None  # a failure stopped it: no module
+        if module is not None:
+            modules.append(module)
+    return modules
+
+
+def _module_of(participant: Participant, value: Any) -> dict[str, Any] | None:
+    """Validate what `module_for_run` returned: None, a `ToolModule`, a dict of one, or a list
+    of declared tool names. Anything else (or an undeclared tool) is an invalid result."""
+    if value is None:
+        return None
+    declared = participant.loaded.definition.hooks.tools
+    try:
+        if isinstance(value, list | tuple):
+            spec = ToolModule(tools=list(value))
+        elif isinstance(value, ToolModule):
+            spec = value
+        else:
+            spec = ToolModule.model_validate(value)
+    except (ValidationError, TypeError) as exc:
+        raise InvalidResult(MSG_MODULE_INVALID) from exc
+    names = sorted(declared) if spec.tools is None else list(dict.fromkeys(spec.tools))
+    if any(name not in declared for name in names):
+        raise InvalidResult(MSG_MODULE_INVALID)
+    if not names:
+        return None
+    return _module(participant, names, spec.instructions)
+
+
+def _module(participant: Participant, names: list[str], instructions: str) -> dict[str, Any]:
+    declared = participant.loaded.definition.hooks.tools
+    return {
+        "extension": participant.id,
+        "instructions": instructions,
+        "tools": [
+            {
+                "name": name,
+                "description": declared[name].description,
+                "parameters": declared[name].input.model_json_schema(),
+            }
+            for name in names
+        ],
+    }
+
+
+# --- files and compaction handoff ------------------------------------------------------------
+
+
+def _files(captured: list[Participant], info: RunInfo) -> list[dict[str, Any]]:
+    participant = next((p for p in captured if "files" in p.grants), None)
+    if participant is None:
+        return []
+    fn = participant.loaded.definition.hooks.single.get("files_for_run")
+    if fn is None:
+        raise CaptureRejected(
+            HostError("extensions", "rejected", MSG_FILES_UNAVAILABLE),
+            in_release_transaction=_stop_later(
+                participant, "files_for_run", missing_handler_reason("files")
+            ),
+        )
+    outcome = _read_hook(participant, "files_for_run", fn, info, validate=_files_of)
+    if outcome.status in ("stopped", "retry"):
+        raise CaptureRejected(HostError("extensions", "rejected", MSG_FILES_FAILED))
+    return outcome.value if outcome.ok else []
+
+
+def _files_of(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple) or len(value) > FILES_MAX:
+        raise InvalidResult(MSG_FILES_FAILED)
+    try:
+        files = [v if isinstance(v, FileRef) else FileRef.model_validate(v) for v in value]
+    except (ValidationError, TypeError) as exc:
+        raise InvalidResult(MSG_FILES_FAILED) from exc
+    return [f.model_dump(mode="json", exclude_none=True) for f in files]
+
+
+def _compaction_handoff(captured: list[Participant], info: RunInfo) -> dict[str, Any] | None:
+    participant = next((p for p in captured if "compaction_handoff" in p.grants), None)
+    if participant is None:
+        return None
+    fn = participant.loaded.definition.hooks.single.get("compaction_handoff")
+    if fn is None:
+        return None
+    outcome = _read_hook(
+        participant,
+        "compaction_handoff",
+        fn,
+        info,
+        validate=lambda value: encode_json(value, MSG_HANDOFF_INVALID),
+    )
+    if not outcome.ok or outcome.value is None:
+        return None  # a failure stopped it; the run goes on without a handoff
+    return {"extension": participant.id, "value": outcome.value}
+
+
+# --- read helpers for run_tools extensions ---------------------------------------------------
+
+
+def run_of(run: Any) -> Run | None:
+    """`run` as hooks hold it (a RunInfo, a Run, or an id) → the Run row."""
+    run_id = run.id if isinstance(run, RunInfo) else run.pk if isinstance(run, Run) else run
+    if isinstance(run_id, bool) or not isinstance(run_id, int):
+        return None
+    return Run.objects.defer("capture").filter(pk=run_id).first()
+
+
+def pending_steer(*, run: Any) -> bool:
+    row = run_of(run)
+    return row is not None and run_has_pending_steer(run=row)
+
+
+def successful_tool_result(*, run: Any, tool_call_id: Any) -> bool:
+    row = run_of(run)
+    if row is None or not isinstance(tool_call_id, str):
+        return False
+    return ToolCallResult.objects.filter(run_id=row.pk, tool_call_id=tool_call_id, ok=True).exists()
+
+
+def incompatible_migrations() -> list[dict[str, str]]:
+    """Extensions that take part in runs but whose state migration failed (spec 04): for
+    `GET /v1/meta`. They are stopped, so no run captures them until staff act."""
+    rows = RosterEntry.objects.filter(
+        status=ExtensionStatus.STOPPED, failing_hook="migration"
+    ).order_by("id")
+    return [
+        {"id": row.id, "reason": row.reason}
+        for row in rows
+        if RUN_GRANTS & set(row.admitted_grants or [])
+    ]

@@ -1,0 +1,297 @@
+"""Live events: `GET /v1/conversations/{id}/events` (SSE) served by a real uvicorn process
+(`config.asgi`, the stream process of spec 08), against the test database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+
+from conversations.models import Conversation
+from conversations.services import Origin, submission_admit
+from core import clock
+from core.services import token_create
+from extensions_host.surfaces.live import changed_kinds, conversation_digests
+
+from .conftest import in_frame
+from .exts import make_ext
+
+ROOT = Path(__file__).resolve().parents[2]
+BOUND_SECONDS = 5.0
+
+
+def _database_url() -> str:
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    host, port = s.get("HOST") or "127.0.0.1", s.get("PORT") or 5432
+    return f"postgres://{s.get('USER') or 'postgres'}{password}@{host}:{port}/{s['NAME']}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class StreamServer:
+    """`uvicorn config.asgi:application` in its own process, on a free port."""
+
+    def __init__(self, tmp: Path, **env: str) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = tmp / f"uvicorn-{self.port}.log"
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+        environment.update(
+            DJANGO_SETTINGS_MODULE="config.settings.base",
+            DATABASE_URL=_database_url(),
+            HOST_API_TOKEN=",".join(settings.HOST_API_TOKEN),
+            CACHE_URL="locmemcache://",
+            HOST_SYNC_AT_START="false",
+            HOST_VAR_DIR=str(tmp / "var"),
+            PYTHONUNBUFFERED="1",
+            **env,
+        )
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host",
+                 "127.0.0.1", "--port", str(self.port), "--log-level", "warning"],
+                cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"uvicorn did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture
+def stream_server(tmp_path: Path) -> Iterator[Callable[..., StreamServer]]:
+    servers: list[StreamServer] = []
+
+    def start(**env: str) -> StreamServer:
+        server = StreamServer(tmp_path, **env)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+class Events:
+    """Reads SSE frames from an httpx streaming response."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.iter_lines()
+        self.comments = 0
+
+    def next(self) -> dict[str, Any]:
+        frame: dict[str, Any] = {}
+        for line in self.lines:
+            if line == "":
+                if frame:
+                    return frame
+                continue
+            if line.startswith(":"):
+                self.comments += 1
+                continue
+            field, _, value = line.partition(":")
+            frame[field] = value.removeprefix(" ")
+        return {"end": True}
+
+    def change(self) -> dict[str, Any]:
+        while True:
+            frame = self.next()
+            if frame.get("end") or frame.get("event") in ("change", "gone"):
+                return frame
+
+
+def payload(frame: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(frame["data"])
+
+
+@pytest.fixture
+def committed(owner, install):
+    """Committed data the server process can see: c1 of `owner`, an attention extension."""
+    install(make_ext("watch", grants={"attention"}))
+    Conversation.objects.create(id="c1", owner=owner, last_activity_at=clock.now())
+    _, raw = token_create(user=owner, name="sse", scope="read", expires_at=None)
+    return {"Authorization": f"Bearer {raw}"}
+
+
+def _submit(owner: Any, text: str) -> None:
+    with transaction.atomic():
+        submission_admit(
+            conversation_id="c1", parts=[{"type": "text", "text": text}],
+            origin=Origin.of_user(owner),
+        )  # fmt: skip
+
+
+def _attention(title: str) -> None:
+    item = {"id": "a1", "level": "action", "title": title}
+    assert in_frame("watch", lambda ctx: ctx.attention.set("c1", item)).ok
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_an_sse_client_sees_a_change_event_soon_after_a_submission_and_an_attention_change(
+    committed, stream_server, owner
+):
+    server = stream_server()
+    url = f"{server.base}/v1/conversations/c1/events"
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
+        with client.stream("GET", url, headers=committed) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = Events(response)
+            hello = events.change()
+            assert payload(hello)["changed"] == []
+            version = payload(hello)["version"]
+            assert int(hello["id"]) == version
+
+            started = time.monotonic()
+            _submit(owner, "hello there")
+            submitted = events.change()
+            submission_delay = time.monotonic() - started
+
+            started = time.monotonic()
+            _attention("Approve the deploy")
+            noticed = events.change()
+            attention_delay = time.monotonic() - started
+
+    print(
+        f"\nSSE delay on {connection.vendor}: submission {submission_delay * 1000:.0f} ms, "
+        f"attention {attention_delay * 1000:.0f} ms"
+    )
+    assert payload(submitted)["version"] > version
+    assert {"entries", "submissions"} <= set(payload(submitted)["changed"])
+    assert payload(noticed)["changed"] == ["attention"]
+    assert int(noticed["id"]) == payload(noticed)["version"] > payload(submitted)["version"]
+    assert submission_delay < BOUND_SECONDS
+    assert attention_delay < BOUND_SECONDS
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_the_stream_keeps_alive_ends_after_its_lifetime_and_resumes_from_last_event_id(
+    committed, stream_server, owner
+):
+    server = stream_server(HOST_SSE_LIFETIME_SECONDS="2", HOST_SSE_KEEPALIVE_SECONDS="0.3")
+    url = f"{server.base}/v1/conversations/c1/events"
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
+        started = time.monotonic()
+        with client.stream("GET", url, headers=committed) as response:
+            events = Events(response)
+            version = payload(events.change())["version"]
+            assert events.change() == {"end": True}  # the server closed the stream
+        lifetime = time.monotonic() - started
+        assert 1.5 < lifetime < 2 + BOUND_SECONDS
+        assert events.comments >= 2  # keep-alives while idle
+
+        # resuming at the version seen: nothing is sent until something changes
+        resume = committed | {"Last-Event-ID": str(version)}
+        with client.stream("GET", url, headers=resume) as response:
+            events = Events(response)
+            _submit(owner, "while away")
+            first = events.change()
+        assert payload(first)["version"] > version
+        assert "entries" in payload(first)["changed"]
+
+        # resuming from an older version: the current one at once, everything may have changed
+        stale = committed | {"Last-Event-ID": str(version)}
+        with client.stream("GET", url, headers=stale) as response:
+            caught_up = Events(response).change()
+        assert payload(caught_up)["version"] == payload(first)["version"]
+        assert "attention" in payload(caught_up)["changed"]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_the_stream_is_access_checked(committed, stream_server, make_user, owner):
+    server = stream_server()
+    stranger = token_create(user=make_user("stranger"), name="x", scope="read", expires_at=None)
+    url = f"{server.base}/v1/conversations/c1/events"
+
+    assert httpx.get(url, timeout=5).status_code == 401
+    assert httpx.get(url, headers={"Authorization": "Bearer nope"}, timeout=5).status_code == 401
+    denied = httpx.get(url, headers={"Authorization": f"Bearer {stranger[1]}"}, timeout=5)
+    assert denied.status_code == 404
+    assert denied.json()["error"]["cause"] == "not_found"
+    missing = httpx.get(f"{server.base}/v1/conversations/zzz/events", headers=committed, timeout=5)
+    assert missing.status_code == 404
+
+    # access lost while streaming: the stream says `gone` and ends
+    Conversation.objects.filter(pk="c1").update(sharing="users")
+    headers = {"Authorization": f"Bearer {stranger[1]}"}
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
+        with client.stream("GET", url, headers=headers) as response:
+            assert response.status_code == 200
+            events = Events(response)
+            events.change()
+            Conversation.objects.filter(pk="c1").update(sharing="private")
+            assert events.change()["event"] == "gone"
+
+
+# --- what changed (unit) ---------------------------------------------------------------------
+
+
+def test_digests_name_what_changed(install, conversation, owner):
+    install(make_ext("watch", grants={"attention"}, ambient_kinds=("status",)))
+    conversation("c1")
+    before = conversation_digests(conversation_id="c1")
+
+    submission_admit(
+        conversation_id="c1", parts=[{"type": "text", "text": "x"}], origin=Origin.of_user(owner)
+    )
+    after_submit = conversation_digests(conversation_id="c1")
+    assert set(changed_kinds(before, after_submit)) == {"entries", "submissions"}
+
+    assert in_frame(
+        "watch", lambda ctx: ctx.set_ambient("c1", {"key": "status", "place": "footer"})
+    ).ok
+    after_ambient = conversation_digests(conversation_id="c1")
+    assert changed_kinds(after_submit, after_ambient) == ["ambient"]
+
+    # a version bump that moved none of the parts: an extension's state (its projection)
+    assert changed_kinds(after_ambient, conversation_digests(conversation_id="c1")) == [
+        "projection"
+    ]
+
+
+def test_the_event_stream_is_in_the_openapi_schema_marked_as_streaming(api, owner):
+    schema = api(owner).get("/v1/schema?format=json").json()
+
+    operation = schema["paths"]["/v1/conversations/{conversation_id}/events"]["get"]
+
+    assert operation["x-streaming"] is True
+    assert "text/event-stream" in operation["responses"]["200"]["content"]

@@ -1,0 +1,353 @@
+"""Run participation at claim, through the API: participants, prompt sections and every bound
+of spec 04, tool modules, files, compaction handoff, skills (spec 01 / 04)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conversations.models import Run, Submission
+from conversations.services import Origin, submission_admit
+from extensions_host.models import ExtensionStatus
+from extensions_host.sdk import ToolModule
+
+from .conftest import roster
+from .exts import LookupInput, make_ext, sections
+
+PROMPT_INVALID = "Extension prompt is invalid"
+
+
+def submit(cid: str, owner: Any, text: str = "hello") -> Submission:
+    return submission_admit(
+        conversation_id=cid, parts=[{"type": "text", "text": text}], origin=Origin.of_user(owner)
+    ).submission
+
+
+def claim(runtime: Any, cid: str = "c1") -> Any:
+    return runtime.post(f"/v1/conversations/{cid}/runs", {}, format="json")
+
+
+def prompter(ext_id: str, prompt: Any) -> Any:
+    return make_ext(ext_id, grants={"prompt"}, hooks={"prompt": prompt})
+
+
+@pytest.fixture
+def ready(conversation, owner):
+    conversation("c1")
+    submit("c1", owner)
+
+
+def test_the_claim_captures_participants_with_fingerprints_and_orders_and_renames_sections(
+    install, ready, runtime
+):
+    install(
+        prompter("zeta", sections(("tone", "Be brief."))),
+        prompter("alpha", sections(("rules", "No jargon."), ("about", "A user in Oslo."))),
+        make_ext("bystander", grants={"state"}),
+    )
+
+    response = claim(runtime)
+
+    assert response.status_code == 201, response.json()
+    capture = response.json()["capture"]
+    assert [p["id"] for p in capture["participants"]] == ["alpha", "zeta"]
+    assert capture["participants"][0]["fingerprint"] == roster("alpha").fingerprint
+    assert capture["prompt_sections"] == [
+        {"name": "alpha.about", "text": "A user in Oslo."},
+        {"name": "alpha.rules", "text": "No jargon."},
+        {"name": "zeta.tone", "text": "Be brief."},
+    ]
+    assert capture["skills"] == []
+    assert Run.objects.get().capture["prompt_sections"][0]["name"] == "alpha.about"
+
+
+def test_the_prompt_hook_receives_the_run_and_runs_read_only(install, ready, runtime):
+    seen: list[Any] = []
+
+    def prompt(ctx: Any, run: Any) -> list[dict[str, str]]:
+        seen.append(run)
+        return [{"name": "inputs", "text": " / ".join(run.input_texts)}]
+
+    install(prompter("alpha", prompt))
+
+    capture = claim(runtime).json()["capture"]
+
+    assert capture["prompt_sections"] == [{"name": "alpha.inputs", "text": "hello"}]
+    assert seen[0].conversation_id == "c1"
+    assert len(seen[0].inputs) == 1
+
+
+VIOLATIONS = {
+    "name does not match the pattern": [("Tone", "x")],
+    "name longer than 64": [("a" * 65, "x")],
+    "empty text": [("tone", "")],
+    "text over 8192 bytes": [("tone", "é" * 4097)],
+    "17 sections": [(f"s{n}", "x") for n in range(17)],
+    "duplicate names": [("tone", "a"), ("tone", "b")],
+}
+
+
+@pytest.mark.parametrize("rule", list(VIOLATIONS))
+def test_a_prompt_section_rule_violation_stops_the_extension_and_a_second_claim_succeeds(
+    install, ready, runtime, rule
+):
+    install(
+        prompter("alpha", sections(("ok", "Fine."))),
+        prompter("bad", sections(*VIOLATIONS[rule])),
+    )
+
+    rejected = claim(runtime)
+
+    assert rejected.status_code == 422
+    assert rejected.json()["error"] == {
+        "category": "extensions",
+        "cause": "rejected",
+        "message": PROMPT_INVALID,
+    }
+    bad = roster("bad")
+    assert bad.status == ExtensionStatus.STOPPED
+    assert bad.reason.startswith("prompt: section is invalid or exceeds its bound")
+    assert Submission.objects.get().status == "queued"  # released and re-queued
+    assert Run.objects.get().status == "released"
+
+    again = claim(runtime)
+
+    assert again.status_code == 201
+    capture = again.json()["capture"]
+    assert [p["id"] for p in capture["participants"]] == ["alpha"]
+    assert capture["prompt_sections"] == [{"name": "alpha.ok", "text": "Fine."}]
+
+
+def test_a_section_of_exactly_8192_bytes_and_16_sections_are_accepted(install, ready, runtime):
+    pairs = [("big", "x" * 8192)] + [(f"s{n:02}", "y") for n in range(15)]
+    install(prompter("alpha", sections(*pairs)))
+
+    response = claim(runtime)
+
+    assert response.status_code == 201
+    assert len(response.json()["capture"]["prompt_sections"]) == 16
+
+
+def test_sections_over_65536_bytes_in_total_stop_the_extension_that_crosses_the_bound(
+    install, ready, runtime
+):
+    eight = [(f"s{n:02}", "x" * 8192) for n in range(7)]  # 57,344 bytes each extension
+    install(prompter("alpha", sections(*eight)), prompter("beta", sections(*eight)))
+
+    rejected = claim(runtime)
+
+    assert rejected.status_code == 422
+    assert rejected.json()["error"]["message"] == PROMPT_INVALID
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert roster("beta").status == ExtensionStatus.STOPPED
+    again = claim(runtime)
+    assert again.status_code == 201
+    assert len(again.json()["capture"]["prompt_sections"]) == 7
+
+
+def test_a_raising_prompt_hook_stops_the_extension_and_fails_the_claim(install, ready, runtime):
+    def prompt(ctx: Any, run: Any) -> Any:
+        raise RuntimeError("no prompt today")
+
+    install(prompter("alpha", prompt))
+
+    rejected = claim(runtime)
+
+    assert rejected.status_code == 422
+    assert rejected.json()["error"]["message"] == "Extension prompt failed"
+    assert roster("alpha").reason == "prompt defect: no prompt today"
+    assert claim(runtime).status_code == 201
+
+
+def test_a_prompt_hook_that_writes_is_a_defect(install, ready, runtime):
+    from pydantic import BaseModel
+
+    from extensions_host.sdk import Collection
+
+    class Note(BaseModel):
+        key: str
+
+    def prompt(ctx: Any, run: Any) -> Any:
+        ctx.collection("note").put(Note(key="k"))
+        return []
+
+    ext = make_ext(
+        "alpha",
+        grants={"prompt", "state"},
+        hooks={"prompt": prompt},
+        collections={"note": Collection(Note, key=lambda n: n.key)},
+    )
+    install(ext)
+
+    assert claim(runtime).status_code == 422
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+
+def test_a_granted_prompt_without_a_hook_stops_with_the_missing_handler_reason(
+    install, ready, runtime
+):
+    install(make_ext("alpha", grants={"prompt"}))
+
+    rejected = claim(runtime)
+
+    assert rejected.status_code == 422
+    assert roster("alpha").reason == "prompt: granted capability has no handler"
+
+
+# --- tool modules, files, compaction handoff --------------------------------------------------
+
+
+def lookup(ctx: Any, run: Any, arguments: LookupInput) -> dict[str, Any]:
+    return {"hits": [arguments.query] * min(arguments.limit, 2)}
+
+
+def test_tool_modules_carry_json_schemas_of_the_declared_tools(install, ready, runtime):
+    install(
+        make_ext("alpha", grants={"run_tools"}, tools={"lookup": (LookupInput, lookup)}),
+        make_ext(
+            "beta",
+            grants={"run_tools"},
+            tools={"lookup": (LookupInput, lookup), "hidden": (LookupInput, lookup)},
+            hooks={
+                "module_for_run": lambda ctx, run: ToolModule(
+                    tools=["lookup"], instructions="Use it."
+                )
+            },
+        ),
+        make_ext("gamma", grants={"run_tools"}, hooks={"module_for_run": lambda ctx, run: None}),
+    )
+
+    modules = claim(runtime).json()["capture"]["tool_modules"]
+
+    assert [m["extension"] for m in modules] == ["alpha", "beta"]
+    tool = modules[0]["tools"][0]
+    assert tool["name"] == "lookup"
+    assert tool["description"] == "the lookup tool"
+    assert tool["parameters"] == LookupInput.model_json_schema()
+    assert [t["name"] for t in modules[1]["tools"]] == ["lookup"]
+    assert modules[1]["instructions"] == "Use it."
+
+
+def test_a_failing_module_for_run_stops_that_extension_and_the_run_goes_on(install, ready, runtime):
+    install(
+        make_ext(
+            "alpha",
+            grants={"run_tools"},
+            tools={"lookup": (LookupInput, lookup)},
+            hooks={"module_for_run": lambda ctx, run: ["undeclared"]},
+        ),
+        prompter("beta", sections(("tone", "Brief."))),
+    )
+
+    response = claim(runtime)
+
+    assert response.status_code == 201
+    assert response.json()["capture"]["tool_modules"] == []
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert response.json()["capture"]["prompt_sections"] == [
+        {"name": "beta.tone", "text": "Brief."}
+    ]
+
+
+def test_files_come_from_the_first_captured_extension_with_files(install, ready, runtime):
+    install(
+        make_ext(
+            "alpha",
+            grants={"files"},
+            hooks={"files_for_run": lambda ctx, run: [{"path": "notes/today.md"}]},
+        ),
+        make_ext(
+            "beta",
+            grants={"files"},
+            hooks={"files_for_run": lambda ctx, run: [{"url": "https://x.test/f"}]},
+        ),
+    )
+
+    assert claim(runtime).json()["capture"]["files"] == [{"path": "notes/today.md"}]
+
+
+def test_failing_files_stop_the_extension_and_reject_the_claim(install, ready, runtime):
+    def files(ctx: Any, run: Any) -> Any:
+        raise RuntimeError("disk gone")
+
+    install(make_ext("alpha", grants={"files"}, hooks={"files_for_run": files}))
+
+    rejected = claim(runtime)
+
+    assert rejected.status_code == 422
+    assert rejected.json()["error"]["message"] == "Extension Files capture failed"
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert Submission.objects.get().status == "queued"
+    assert claim(runtime).json()["capture"]["files"] == []
+
+
+def test_the_compaction_handoff_comes_from_the_first_captured_extension(install, ready, runtime):
+    install(
+        make_ext(
+            "alpha",
+            grants={"compaction_handoff"},
+            hooks={"compaction_handoff": lambda ctx, run: {"summary": "so far"}},
+        ),
+        make_ext(
+            "beta",
+            grants={"compaction_handoff"},
+            hooks={"compaction_handoff": lambda ctx, run: "ignored"},
+        ),
+    )
+
+    capture = claim(runtime).json()["capture"]
+
+    assert capture["compaction_handoff"] == {"extension": "alpha", "value": {"summary": "so far"}}
+
+
+def test_a_stopped_extension_is_not_captured_and_its_hooks_are_not_called(install, ready, runtime):
+    calls: list[str] = []
+
+    def prompt(ctx: Any, run: Any) -> Any:
+        calls.append("prompt")
+        return []
+
+    install(prompter("alpha", prompt))
+    from extensions_host.runtime import extension_stop
+
+    extension_stop(extension_id="alpha", hook="test", reason="off")
+
+    capture = claim(runtime).json()["capture"]
+
+    assert capture["participants"] == []
+    assert calls == []
+
+
+def test_an_extension_in_runs_whose_migration_failed_is_reported_as_incompatible(install):
+    from extensions_host.runtime import extension_stop
+    from extensions_host.surfaces.services.participation import incompatible_migrations
+
+    install(
+        make_ext("alpha", grants={"prompt"}, hooks={"prompt": sections()}),
+        make_ext("beta", grants={"state"}),
+        make_ext("gamma", grants={"run_tools"}),
+    )
+    for ext_id in ("alpha", "beta"):
+        extension_stop(extension_id=ext_id, hook="migration", reason="migration: step 1 failed")
+    extension_stop(extension_id="gamma", hook="prompt", reason="prompt defect: x")
+
+    reported = incompatible_migrations()
+
+    # beta does not take part in runs; gamma stopped for another reason
+    assert reported == [{"id": "alpha", "reason": "migration: step 1 failed"}]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("not a list", "the result is not a list of sections"),
+        ([{"name": "a", "text": "x", "extra": 1}], "a section is not exactly {name, text}"),
+        ([{"name": "a", "text": "nul\x00"}], "section a is not valid text"),
+        ([("a", "x")], "a section is not exactly {name, text}"),
+    ],
+)
+def test_section_shapes_the_rules_do_not_list_are_invalid_too(value, problem):
+    from extensions_host.surfaces.services.participation import prompt_sections_check
+
+    assert prompt_sections_check(value) == ([], problem)
