@@ -12,6 +12,7 @@ from extensions_host.contributions import views as contributions_views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("inspect/", include("inspector.urls")),
     path("healthz", core_api.HealthzApi.as_view(), name="healthz"),
     path("readyz", core_api.ReadyzApi.as_view(), name="readyz"),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),

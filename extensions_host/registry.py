@@ -17,7 +17,7 @@ import importlib.metadata
 import json
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +57,9 @@ class LoadedExtension:
 _lock = threading.Lock()
 _loaded: dict[str, LoadedExtension] | None = None
 _override: list[LoadedExtension] | None = None
+# Called with every loaded set before it is used (contribution checks: skill directories,
+# web UI bundles, slash command names, route body limits). A raise is a load error.
+load_listeners: list[Callable[[dict[str, LoadedExtension]], None]] = []
 
 
 def revision_of(contract: dict[str, Any]) -> str:
@@ -118,7 +121,10 @@ def load(candidates: Iterable[tuple[str, Extension]]) -> dict[str, LoadedExtensi
                 f"Extension id {loaded.id!r} is defined twice: by {previous.source} and by {source}"
             )
         result[loaded.id] = loaded
-    return dict(sorted(result.items()))
+    ordered = dict(sorted(result.items()))
+    for listener in load_listeners:
+        listener(ordered)
+    return ordered
 
 
 def resolve(path: str) -> Extension:

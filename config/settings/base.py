@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "extensions_host.background",
     "extensions_host.surfaces",
     "artifacts",
+    "inspector",
 ]
 
 MIDDLEWARE = [
@@ -405,3 +406,7 @@ CONTENT_SECURITY_POLICY = {
         "form-action": ["'self'"],
     },
 }
+# One name for the ok|degraded health enum (extension health and notifier health in /v1/meta).
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {"HealthStatusEnum": [("ok", "ok"), ("degraded", "degraded")]}
+)

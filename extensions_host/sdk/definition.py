@@ -15,6 +15,14 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from extensions_host.sdk.contributions import (
+    Contributions,
+    Notifier,
+    Provider,
+    Route,
+    SlashCommand,
+    WebUIBundle,
+)
 from extensions_host.sdk.models import EmptyInput
 
 M = TypeVar("M", bound=BaseModel)
@@ -187,8 +195,8 @@ class Extension:
     def __init__(
         self,
         *,
-        id: str,
-        version: str,
+        id: str | None = None,
+        version: str | None = None,
         grants: Iterable[str] = (),
         sdk: str = ">=1,<2",
         state_version: int = 1,
@@ -202,7 +210,21 @@ class Extension:
         description: str = "",
         interaction_kinds: Iterable[str] = (),
         ambient_kinds: Iterable[str] = (),
+        name: str | None = None,
+        routes: Iterable[Route] = (),
+        slash_commands: Iterable[SlashCommand] = (),
+        notifiers: Iterable[Notifier] = (),
+        providers: Iterable[Provider] = (),
+        skills: Iterable[str] = (),
+        webui_bundles: Iterable[WebUIBundle] = (),
+        settings_model: type[BaseModel] | None = None,
     ) -> None:
+        # A contributor-only extension (providers, skills, bundles; no hooks, no state) may
+        # identify itself by `name` alone (spec 05).
+        self.contributor_only = id is None and name is not None
+        if id is None:
+            id = name
+            version = "0.0.0" if version is None else version
         if not isinstance(id, str) or not ID_RE.match(id):
             raise DefinitionError(f"Extension id {id!r} must match {ID_RE.pattern}")
         if not isinstance(version, str) or not 1 <= len(version) <= 64:
@@ -243,11 +265,82 @@ class Extension:
         self.interaction_kinds = tuple(interaction_kinds)
         self.ambient_kinds = tuple(ambient_kinds)
         self.hooks = Hooks()
+        self.name = name or id
+        if settings_model is not None:
+            _require_model(settings_model, f"Extension {id}: settings_model")
+        self.settings_model = settings_model
+        self.contributions = Contributions()
+        for route in routes:
+            self.contributions.add_route(id, route)
+        for slash in slash_commands:
+            self.contributions.add_slash(id, slash)
+        for notifier in notifiers:
+            self.contributions.add_notifier(id, notifier)
+        for provider in providers:
+            self.contributions.add_provider(id, provider)
+        for skill in [skills] if isinstance(skills, str) else skills:
+            self.contributions.add_skill(id, skill)
+        for bundle in webui_bundles:
+            self.contributions.add_bundle(id, bundle)
+        self._check_contribution_grants()
         # The defining module: its source is part of the code fingerprint.
         self.module_name: str = sys._getframe(1).f_globals.get("__name__", "")
 
     def __repr__(self) -> str:
         return f"<Extension {self.id} {self.version}>"
+
+    def _check_contribution_grants(self) -> None:
+        for kind, grant in self.contributions.required_grants().items():
+            if grant not in self.grants:
+                raise DefinitionError(
+                    f"Extension {self.id}: declares {kind} but does not request the {grant} grant"
+                )
+
+    # --- contribution decorators (spec 05) ------------------------------------------------
+
+    def route(
+        self,
+        method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"],
+        path: str,
+        *,
+        auth: Literal["user", "admin", "public"] = "user",
+        body_limit: int | None = None,
+        deadline_s: float | None = None,
+    ) -> Callable[[Hook], Hook]:
+        """`@ext.route("POST", "inbound", auth="public")` → `handler(ctx, request)`."""
+
+        def decorate(fn: Hook) -> Hook:
+            options: dict[str, Any] = {"auth": auth, "deadline_s": deadline_s}
+            if body_limit is not None:
+                options["body_limit"] = body_limit
+            self.contributions.add_route(self.id, Route(method, path, fn, **options))
+            self._check_contribution_grants()
+            return fn
+
+        return decorate
+
+    def slash(
+        self, name: str, *, description: str = "", args_hint: str = ""
+    ) -> Callable[[Hook], Hook]:
+        """`@ext.slash("todo", description=…)` → `run(ctx, invocation)`."""
+
+        def decorate(fn: Hook) -> Hook:
+            command = SlashCommand(name, fn, description=description, args_hint=args_hint)
+            self.contributions.add_slash(self.id, command)
+            self._check_contribution_grants()
+            return fn
+
+        return decorate
+
+    def notifier(self, name: str) -> Callable[[Hook], Hook]:
+        """`@ext.notifier("ntfy")` → `notify(ctx, event)`."""
+
+        def decorate(fn: Hook) -> Hook:
+            self.contributions.add_notifier(self.id, Notifier(name, fn))
+            self._check_contribution_grants()
+            return fn
+
+        return decorate
 
     # --- hook decorators ------------------------------------------------------------------
 
@@ -422,11 +515,20 @@ class Extension:
                 },
                 "interaction_kinds": sorted(self.interaction_kinds),
                 "ambient_kinds": sorted(self.ambient_kinds),
-            }
+            } | self._contributions_contract()
         except Exception as exc:  # a model pydantic cannot describe
             raise DefinitionError(
                 f"Extension {self.id}: contract has no JSON schema: {exc}"
             ) from exc
+
+    def _contributions_contract(self) -> dict[str, Any]:
+        # only what is present: an extension without contributions keeps its revision
+        extra: dict[str, Any] = self.contributions.contract()
+        if self.name != self.id:
+            extra["name"] = self.name
+        if self.settings_model is not None:
+            extra["settings_schema"] = self.settings_model.model_json_schema()
+        return extra
 
 
 def _require_model(model: Any, what: str) -> None:

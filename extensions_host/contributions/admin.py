@@ -1,0 +1,234 @@
+"""Staff console: secrets (keys only, never values), settings (validated JSON), notifications
+and notifier health (read-only), the audit log (read-only), and users (deletion only with a
+transfer target; the plain cascade delete is disabled)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from core.errors import HostError
+from core.models import AuditEntry
+from extensions_host.contributions.models import (
+    ExtensionSecret,
+    ExtensionSettings,
+    Notification,
+    NotificationDelivery,
+    NotifierHealth,
+)
+from extensions_host.contributions.services.stores import keyring, settings_edit
+from extensions_host.contributions.services.users import user_delete
+
+
+class _ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ExtensionSecret)
+class ExtensionSecretAdmin(_ReadOnly):
+    """Which secrets exist, and under which key; the value (and its ciphertext) never."""
+
+    list_display = ["extension", "key", "value", "encryption", "updated_at"]
+    list_filter = ["extension"]
+    search_fields = ["key"]
+    fields = ["extension", "key", "value", "encryption", "created_at", "updated_at"]
+    readonly_fields = fields
+
+    @admin.display(description="value")
+    def value(self, obj: ExtensionSecret) -> str:
+        return "set"
+
+    @admin.display(description="encryption")
+    def encryption(self, obj: ExtensionSecret) -> str:
+        _, current, old = keyring()
+        if obj.key_id == current:
+            return "current key"
+        return "old key (run secrets_reencrypt)" if obj.key_id in old else "unknown key"
+
+
+class SettingsForm(forms.ModelForm):
+    value = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 80}),
+        help_text="A JSON object; validated against the extension's settings model.",
+    )
+
+    class Meta:
+        model = ExtensionSettings
+        fields = ["extension", "value"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            self.initial["value"] = json.dumps(self.instance.value, indent=2, sort_keys=True)
+
+    def clean_value(self) -> Any:
+        try:
+            return json.loads(self.cleaned_data["value"])
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc.msg}") from exc
+
+    def clean(self) -> dict[str, Any]:
+        from extensions_host.contributions.services.stores import settings_validate
+
+        cleaned = super().clean() or {}
+        extension = cleaned.get("extension") or getattr(self.instance, "extension", None)
+        if extension is not None and "value" in cleaned:
+            try:
+                settings_validate(extension_id=extension.pk, value=cleaned["value"])
+            except HostError as exc:
+                problems = [
+                    f"{field}: {'; '.join(map(str, errors))}"
+                    for field, errors in (exc.details or {}).items()
+                ]
+                raise forms.ValidationError(problems or exc.message) from exc
+        return cleaned
+
+
+@admin.register(ExtensionSettings)
+class ExtensionSettingsAdmin(admin.ModelAdmin):
+    form = SettingsForm
+    list_display = ["extension", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["extension"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        # through the service: validated again, stored and audited
+        settings_edit(
+            extension_id=obj.extension_id, value=obj.value, actor=request.user.get_username()
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Notification)
+class NotificationAdmin(_ReadOnly):
+    list_display = ["created_at", "type", "user", "conversation_id", "job_id", "title"]
+    list_filter = ["type"]
+    search_fields = ["title", "user", "conversation_id", "job_id"]
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(_ReadOnly):
+    list_display = ["notification", "extension_id", "notifier", "status", "attempts", "last_error"]
+    list_filter = ["status", "extension_id"]
+
+
+@admin.register(NotifierHealth)
+class NotifierHealthAdmin(_ReadOnly):
+    list_display = [
+        "extension_id",
+        "notifier",
+        "status",
+        "consecutive_failures",
+        "failed_deliveries",
+        "delivered",
+        "last_error",
+    ]
+    list_filter = ["status"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(_ReadOnly):
+    """The append-only audit log: staff actions, extension stops and auto-resumes."""
+
+    list_display = ["at", "actor", "action", "target"]
+    list_filter = ["action"]
+    search_fields = ["actor", "action", "target"]
+    date_hierarchy = "at"
+    fields = ["at", "actor", "action", "target", "detail"]
+    readonly_fields = fields
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# --- users: deletion only with a transfer target -------------------------------------------------
+
+User = get_user_model()
+
+
+class TransferForm(forms.Form):
+    transfer_to = forms.ModelChoiceField(
+        queryset=User.objects.none(),
+        required=True,
+        help_text="Their conversations move to this user.",
+    )
+
+    def __init__(self, *args: Any, exclude: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["transfer_to"].queryset = (  # type: ignore[attr-defined]
+            User.objects.filter(is_active=True)
+            .exclude(pk=exclude)
+            .exclude(username__startswith="ext:")
+            .order_by("username")
+        )
+
+
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+
+
+@admin.register(User)
+class HostUserAdmin(UserAdmin):
+    """Django's user admin without cascade deletion: "Delete with transfer" instead."""
+
+    actions = ["delete_with_transfer"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # plain cascade deletion of users is disabled (spec 05)
+
+    @admin.action(description="Delete user (transfer their conversations)", permissions=["change"])
+    def delete_with_transfer(
+        self, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> TemplateResponse | None:
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one user to delete.", messages.ERROR)
+            return None
+        user = queryset.get()
+        form = TransferForm(
+            request.POST if request.POST.get("confirm") == "yes" else None, exclude=user.pk
+        )
+        if form.is_bound and form.is_valid():
+            try:
+                result = user_delete(
+                    user_id=user.pk,
+                    transfer_to_id=form.cleaned_data["transfer_to"].pk,
+                    actor=request.user.get_username(),
+                )
+            except HostError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+                return None
+            self.message_user(
+                request,
+                f"Deleted {result['user']}: {result['conversations']} conversation(s) moved to "
+                f"{result['transfer_to']}, {result['tokens_revoked']} token(s) revoked.",
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Delete user {user.get_username()}",
+            "user_to_delete": user,
+            "form": form,
+            "opts": self.model._meta,
+            "queryset": queryset,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/ext_contributions/delete_user.html", context)

@@ -1,0 +1,175 @@
+"""`GET /metrics` (Prometheus text format), restricted to `HOST_METRICS_TOKEN` (bearer) or the
+networks in `HOST_METRICS_NETWORKS` (loopback by default).
+
+Figures that live in the database (extension statuses, stops and auto-resumes, timer backlog,
+settled lag, outbox backlog, notification deliveries, runs claimed/settled, artifact emits) are
+read at scrape time, so every process answers the same. Request durations are measured in
+process; with several processes set `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's
+multiprocess mode) to aggregate them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from core.models import AuditEntry
+from extensions_host.contributions.models import NotificationDelivery
+from extensions_host.models import RosterEntry
+
+logger = logging.getLogger("extensions_host.contributions.metrics")
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+HTTP_DURATION = Histogram(
+    "hyphae_http_request_duration_seconds",
+    "HTTP request durations by route and method",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+)
+
+
+class DatabaseCollector(Collector):
+    """Figures read from the database at scrape time (the same from every process)."""
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            yield from self._collect()
+        except Exception:  # a scrape must answer even when a figure cannot be read
+            logger.exception("metrics collection failed")
+
+    def _collect(self) -> Iterator[Metric]:
+        status = GaugeMetricFamily(
+            "hyphae_extensions", "Extensions in the roster by status", labels=["status"]
+        )
+        counts = dict(RosterEntry.objects.values_list("status").annotate(n=Count("id")).order_by())
+        for name in ("running", "stopped", "uninstalled"):
+            status.add_metric([name], counts.get(name, 0))
+        yield status
+        for action, metric, text in (
+            ("extension_stopped", "hyphae_extension_stops", "Extension stops"),
+            ("extension_auto_resumed", "hyphae_extension_auto_resumes", "Automatic resumes"),
+        ):
+            family = CounterMetricFamily(metric, text, labels=["extension"])
+            rows = (
+                AuditEntry.objects.filter(action=action)
+                .values_list("target")
+                .annotate(n=Count("id"))
+                .order_by()
+            )
+            for target, n in rows:
+                family.add_metric([target], n)
+            yield family
+        deliveries = GaugeMetricFamily(
+            "hyphae_notification_deliveries", "Notifier deliveries by status", labels=["status"]
+        )
+        for name, n in (
+            NotificationDelivery.objects.values_list("status").annotate(n=Count("id")).order_by()
+        ):
+            deliveries.add_metric([name], n)
+        yield deliveries
+        yield from _runs()
+        yield from _artifacts()
+        yield from _lag()
+
+
+def _runs() -> Iterator[Metric]:
+    from conversations.models import Run, RunStatus
+
+    claims = CounterMetricFamily("hyphae_run_claims", "Runs claimed")
+    claims.add_metric([], Run.objects.count())
+    yield claims
+    settles = CounterMetricFamily("hyphae_run_settles", "Runs settled")
+    settles.add_metric([], Run.objects.filter(status=RunStatus.SETTLED).count())
+    yield settles
+
+
+def _artifacts() -> Iterator[Metric]:
+    from django.apps import apps
+
+    try:
+        model = apps.get_model("artifacts", "Record")
+    except LookupError:
+        return
+    emits = CounterMetricFamily("hyphae_artifact_emits", "Artifacts emitted")
+    emits.add_metric([], model._default_manager.count())
+    yield emits
+
+
+def _lag() -> Iterator[Metric]:
+    from extensions_host.contributions.services.meta import lag_figures
+
+    figures = lag_figures()
+    timers = figures["timers"]
+    backlog = GaugeMetricFamily("hyphae_timers_due", "Due timers not fired yet")
+    backlog.add_metric([], timers["due"])
+    yield backlog
+    oldest = GaugeMetricFamily("hyphae_timer_oldest_due_age_seconds", "Age of the oldest due timer")
+    oldest.add_metric([], (timers["oldest_due_age_ms"] or 0) / 1000)
+    yield oldest
+    lag = GaugeMetricFamily(
+        "hyphae_settled_lag", "Settled runs not yet delivered, per consumer", labels=["consumer"]
+    )
+    for consumer, values in figures["settled"]["consumers"].items():
+        lag.add_metric([consumer], values.get("lag") or 0)
+    yield lag
+    outbox = GaugeMetricFamily("hyphae_outbox_backlog", "Lifecycle events not fanned out")
+    outbox.add_metric([], figures["outbox"].get("unfanned", 0))
+    yield outbox
+
+
+REGISTRY.register(DatabaseCollector())
+
+
+def metrics_text() -> bytes:
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return generate_latest(REGISTRY)
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry(auto_describe=False)
+    multiprocess.MultiProcessCollector(registry, path=directory)
+    registry.register(DatabaseCollector())
+    return generate_latest(registry)
+
+
+def metrics_allowed(request: HttpRequest) -> bool:
+    """A matching `HOST_METRICS_TOKEN` bearer, or a caller in `HOST_METRICS_NETWORKS`."""
+    token = settings.HOST_METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token):
+        return True
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in network for network in settings.HOST_METRICS_NETWORKS)
+
+
+class MetricsMiddleware:
+    """Observe every request's duration, labelled by its URL route (low cardinality)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = getattr(match, "route", None) or "unmatched"
+        HTTP_DURATION.labels(route, request.method or "", str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        return response

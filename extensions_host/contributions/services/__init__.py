@@ -1,0 +1,1 @@
+"""Services of extension contributions, one module per concern (see the package docstring)."""

@@ -1,0 +1,399 @@
+"""The host API extensions call (spec 05), as `ctx.host`: conversations (create, submit, list,
+meta, watch), users, access, identity, and the interaction/ambient surfaces.
+
+Every call is gated by its grant — create/submit need `send`; list/meta/watch, users, access
+and identity need `host`; interactions and ambient need `attention` — raising
+`AdmissionError(closed, "Extension is not granted <grant>")` without it. Calls run the same
+services as the HTTP API (no second implementation) and are attributed to the extension in the
+audit log (`ext:<id>`). Extensions are trusted in-process code: they may act for any user.
+
+Inside the extension's own frame, writes join the frame's transaction (the non-durable service
+variants); outside (routes, slash commands, workers, jobs) they use the API's entry points.
+`watch` blocks, so it refuses to run inside a frame.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from conversations import selectors as conversation_selectors
+from conversations.models import Conversation, Sharing
+from conversations.serializers import ConversationSerializer, SubmissionSerializer
+from conversations.services import (
+    Origin,
+    conversation_create,
+    conversation_ensure,
+    submission_admit,
+    submission_submit,
+)
+from core.access import access_of
+from core.auth import Principal, user_principal
+from core.errors import HostError
+from core.services import audit_record
+from extensions_host.runtime import current_frame
+from extensions_host.sdk import AdmissionError, Caller, StateError
+
+if TYPE_CHECKING:
+    from extensions_host.runtime.context import HookContext
+
+MSG_USER_UNKNOWN = "User not found"
+MSG_WATCH_IN_FRAME = "watch cannot run inside a transaction; call it from a worker or route"
+MSG_LIST_LIMIT = "List limit must be 1..1000"
+MSG_TIMEOUT = "watch timeout must be in (0, 300] seconds"
+WATCH_MAX_SECONDS = 300.0
+LIST_MAX = 1000
+
+
+def not_granted(grant: str) -> AdmissionError:
+    return AdmissionError("closed", f"Extension is not granted {grant}")
+
+
+def _admission(exc: HostError) -> AdmissionError:
+    """The host API speaks the SDK's vocabulary: service refusals become AdmissionError."""
+    kind = {"conflict": "conflict", "closed": "closed", "throttled": "throttled"}.get(
+        exc.cause, "invalid"
+    )
+    return AdmissionError(kind, exc.message)  # type: ignore[arg-type]
+
+
+class _Area:
+    grant = "host"
+
+    def __init__(self, ctx: HookContext) -> None:
+        self._ctx = ctx
+
+    def _grants(self) -> frozenset[str]:
+        frame = current_frame()
+        if frame is not None and frame.extension_id == self._ctx.extension_id:
+            return frame.grants
+        return self._ctx.grants
+
+    def _require(self, grant: str) -> None:
+        if grant not in self._grants():
+            raise not_granted(grant)
+
+    def _audit(self, action: str, target: str = "", **detail: Any) -> None:
+        audit_record(
+            actor=f"ext:{self._ctx.extension_id}",
+            action=f"host.{action}",
+            target=target,
+            detail=detail,
+        )
+
+    def _principal(self, user: Any) -> Principal:
+        """Who the call acts as: `user` with full access (trusted in-process code)."""
+        base = user_principal(user, "extension")
+        return Principal(
+            user=base.user,
+            name=base.name,
+            email=base.email,
+            admin=True,
+            service=False,
+            method="extension",
+        )
+
+    def _service_user(self) -> Any:
+        from extensions_host.services.roster import service_username
+
+        user_model = get_user_model()
+        username = service_username(self._ctx.extension_id)
+        user = user_model.objects.filter(username=username).first()
+        if user is None:
+            user = user_model(username=username, first_name=f"Extension {username[4:]}"[:150])
+            user.set_unusable_password()
+            user.save()
+        return user
+
+    def _user(self, username: Any) -> Any:
+        if not isinstance(username, str) or not 1 <= len(username) <= 150:
+            raise AdmissionError("invalid", MSG_USER_UNKNOWN)
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise AdmissionError("invalid", MSG_USER_UNKNOWN)
+        return user
+
+
+class HostConversations(_Area):
+    """`ctx.host.conversations`."""
+
+    def _throttle(self) -> None:
+        # the one per-extension rate limit of `send` bounds creation too (HOST_SEND_RATE)
+        from extensions_host.surfaces.services.send import send_throttle
+
+        send_throttle(extension_id=self._ctx.extension_id)
+
+    def _in_own_frame(self) -> bool:
+        from extensions_host.runtime import require_write
+
+        frame = current_frame()
+        if frame is None:
+            return False
+        require_write(self._ctx, capability="send")
+        return True
+
+    def create(
+        self,
+        *,
+        owner: str | None = None,
+        sharing: str = Sharing.PRIVATE,
+        name: str = "",
+        source: str = "",
+        id: str | None = None,
+    ) -> str:
+        """Create a conversation owned by `owner` (a username; default the extension's own
+        user); returns its id. Idempotent on a chosen `id` for the same owner."""
+        self._require("send")
+        user = self._user(owner) if owner is not None else self._service_user()
+        source = source or f"ext:{self._ctx.extension_id}"
+        self._throttle()
+        try:
+            if self._in_own_frame():
+                with transaction.atomic():
+                    created = conversation_ensure(
+                        owner=user, conversation_id=id, name=name, sharing=sharing, source=source
+                    )
+            else:
+                created = conversation_create(
+                    principal=self._principal(user),
+                    conversation_id=id,
+                    name=name,
+                    sharing=sharing,
+                    source=source,
+                )
+        except HostError as exc:
+            raise _admission(exc) from exc
+        conversation_id = created.conversation.pk
+        self._audit("conversations.create", conversation_id, owner=user.get_username())
+        return conversation_id
+
+    def submit(
+        self,
+        conversation_id: str,
+        parts: Any,
+        *,
+        user: str | None = None,
+        request_id: str | None = None,
+        when_busy: str = "queue",
+    ) -> dict[str, Any]:
+        """Submit input as `user` (default: the conversation's owner), like `POST
+        /v1/conversations/{id}/submissions`; returns the submission (with `idempotent`)."""
+        self._require("send")
+        if isinstance(parts, str):
+            parts = [{"type": "text", "text": parts}]
+        try:
+            conversation = self._conversation(conversation_id)
+            actor = self._user(user) if user is not None else conversation.owner
+            self._throttle()
+            if self._in_own_frame():
+                with transaction.atomic():
+                    admission = submission_admit(
+                        conversation_id=conversation.pk,
+                        parts=parts,
+                        origin=Origin.of_user(actor),
+                        request_id=request_id,
+                        when_busy=when_busy,
+                    )
+            else:
+                admission = submission_submit(
+                    principal=self._principal(actor),
+                    conversation_id=conversation.pk,
+                    parts=parts,
+                    request_id=request_id,
+                    when_busy=when_busy,
+                )
+        except HostError as exc:
+            raise _admission(exc) from exc
+        self._audit(
+            "conversations.submit",
+            conversation_id,
+            user=actor.get_username(),
+            submission_id=admission.submission.pk,
+        )
+        data = dict(SubmissionSerializer(admission.submission).data)
+        return data | {"idempotent": not admission.created}
+
+    def list(
+        self, *, owner: str | None = None, archived: bool | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Conversation summaries, newest activity first (`owner`: a username)."""
+        self._require("host")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_MAX:
+            raise AdmissionError("invalid", MSG_LIST_LIMIT)
+        principal = self._principal(self._service_user())
+        rows = conversation_selectors.conversations_list(
+            principal=principal, owner=owner, archived=archived
+        ).order_by("-last_activity_at", "id")[:limit]
+        self._audit("conversations.list", owner or "", archived=archived)
+        return [dict(item) for item in ConversationSerializer(rows, many=True).data]
+
+    def meta(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation's view (name, owner, sharing, archived, version, head, busy, …)."""
+        self._require("host")
+        view = self._view(conversation_id)
+        self._audit("conversations.meta", conversation_id)
+        return view
+
+    def watch(
+        self, conversation_id: str, since_version: int = 0, *, timeout_s: float = 30.0
+    ) -> Iterator[dict[str, Any]]:
+        """Yield the conversation view each time its version moves past the last one seen
+        (starting after `since_version`), until `timeout_s` passes (the caller's deadline).
+        Polls every `HOST_WATCH_POLL_SECONDS`; never inside a frame (it would hold a
+        transaction open)."""
+        self._require("host")
+        if current_frame() is not None:
+            raise StateError("unavailable", MSG_WATCH_IN_FRAME)
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s <= WATCH_MAX_SECONDS
+        ):
+            raise AdmissionError("invalid", MSG_TIMEOUT)
+        self._view(conversation_id)  # exists (else AdmissionError) before the first yield
+        self._audit("conversations.watch", conversation_id, since_version=since_version)
+        return self._watch(conversation_id, int(since_version), float(timeout_s))
+
+    def _watch(self, conversation_id: str, seen: int, timeout_s: float) -> Iterator[dict[str, Any]]:
+        interval = settings.HOST_WATCH_POLL_SECONDS
+        until = time.monotonic() + timeout_s
+        while True:
+            version = (
+                Conversation.objects.filter(pk=conversation_id)
+                .values_list("version", flat=True)
+                .first()
+            )
+            if version is None:
+                return  # deleted meanwhile: nothing more will change
+            if version > seen:
+                view = self._view(conversation_id)
+                seen = view["version"]
+                yield view
+                continue
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            # a bounded poll: the deadline, never a sleep past it
+            time.sleep(min(interval, left))
+
+    def _conversation(self, conversation_id: str) -> Conversation:
+        principal = self._principal(self._service_user())
+        return conversation_selectors.conversation_get(
+            principal=principal, conversation_id=conversation_id
+        )
+
+    def _view(self, conversation_id: str) -> dict[str, Any]:
+        principal = self._principal(self._service_user())
+        try:
+            viewed = conversation_selectors.conversation_view(
+                principal=principal, conversation_id=conversation_id
+            )
+        except HostError as exc:
+            raise _admission(exc) from exc
+        return dict(ConversationSerializer(viewed).data)
+
+
+class HostUsers(_Area):
+    """`ctx.host.users`: the user directory (`list()`, `get(username)`)."""
+
+    def list(self) -> list[dict[str, Any]]:
+        from extensions_host.contributions.services.users import users_list
+
+        self._require("host")
+        self._audit("users.list")
+        return users_list()
+
+    def get(self, username: str) -> dict[str, Any] | None:
+        from extensions_host.contributions.services.users import user_get
+
+        self._require("host")
+        self._audit("users.get", username if isinstance(username, str) else "")
+        return user_get(username=username)
+
+
+class HostAccess(_Area):
+    """`ctx.host.access.access_of(principal, {owner, sharing})` → owner | read | none: the
+    sharing contract for extension-owned records (core stores nothing for them)."""
+
+    def access_of(self, principal: Any, resource: dict[str, Any]) -> str:
+        self._require("host")
+        who = self._who(principal)
+        if not isinstance(resource, dict):
+            raise AdmissionError("invalid", "Resource must be {owner, sharing}")
+        sharing = resource.get("sharing", Sharing.PRIVATE)
+        if sharing not in Sharing.values:
+            raise AdmissionError("invalid", "Sharing is invalid")
+        owner = resource.get("owner")
+        owner_id = (
+            get_user_model().objects.filter(username=owner).values_list("pk", flat=True).first()
+            if isinstance(owner, str)
+            else None
+        )
+        self._audit("access.access_of", owner if isinstance(owner, str) else "")
+        return access_of(who, owner_id=owner_id, sharing=sharing)
+
+    def _who(self, principal: Any) -> Principal:
+        from core.auth import ANONYMOUS
+
+        if isinstance(principal, Principal):
+            return principal
+        username: Any = None
+        if isinstance(principal, Caller):
+            username = principal.username
+        elif isinstance(principal, dict):
+            username = principal.get("user")
+        elif isinstance(principal, str):
+            username = principal
+        if username in (None, ""):
+            return ANONYMOUS
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        return ANONYMOUS if user is None else user_principal(user, "extension")
+
+
+class HostIdentity(_Area):
+    """`ctx.host.identity.acting_user(conversation_id)`: who the agent acts for (the owner)."""
+
+    def acting_user(self, conversation_id: str) -> str | None:
+        self._require("host")
+        self._audit("identity.acting_user", conversation_id)
+        if not isinstance(conversation_id, str) or len(conversation_id) > 64:
+            return None
+        return (
+            Conversation.objects.filter(pk=conversation_id)
+            .values_list("owner__username", flat=True)
+            .first()
+        )
+
+
+class HostApi:
+    """`ctx.host` (registered as a context capability)."""
+
+    def __init__(self, ctx: HookContext) -> None:
+        self._ctx = ctx
+        self.conversations = HostConversations(ctx)
+        self.users = HostUsers(ctx)
+        self.access = HostAccess(ctx)
+        self.identity = HostIdentity(ctx)
+
+    def _surface(self, name: str) -> Any:
+        area = _Area(self._ctx)
+        area._require("attention")
+        try:
+            return getattr(self._ctx, name)
+        except AttributeError as exc:
+            raise StateError("unavailable", f"Extension {name} are unavailable") from exc
+
+    @property
+    def interactions(self) -> Any:
+        """The interaction seam (`seed`, `answer`, `settle`, `snapshot`); grant `attention`."""
+        return self._surface("interactions")
+
+    @property
+    def ambient(self) -> Any:
+        """Ambient surfaces (`set`, `clear`); grant `attention`."""
+        return self._surface("ambient")

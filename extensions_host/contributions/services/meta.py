@@ -1,0 +1,178 @@
+"""`GET /v1/meta` (spec 05): version, roster statuses, aggregated health, routes, workers,
+jobs, incompatible migrations and the lag figures (settled cursor lag, due-timer backlog,
+oldest due timer age), plus skills, bundles, notifiers and providers.
+
+Health: each running extension's `health()` hook (a read-only frame; a raise or an invalid
+result is a defect, like any hook) combined with its notifiers' delivery health; any degraded
+or stopped extension makes the host degraded.
+
+Workers, jobs and the timer/settled figures come from the background app when it is installed
+(`extensions_host.background`); without it they read as empty/zero and `available: false`
+says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from pydantic import ValidationError
+
+from extensions_host import registry
+from extensions_host.contributions.services.bundles import bundles_list
+from extensions_host.contributions.services.notify import notifier_health
+from extensions_host.contributions.services.providers import providers_catalog
+from extensions_host.contributions.services.routes import routes_list
+from extensions_host.contributions.services.skills import skills_list
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import InvalidResult, run_frame
+from extensions_host.sdk import SDK_VERSION, Health
+
+logger = logging.getLogger("extensions_host.contributions.meta")
+
+BACKGROUND_APP = "extensions_host.background"
+MSG_HEALTH_INVALID = "Extension health result is invalid"
+
+
+def host_version() -> str:
+    return str(settings.SPECTACULAR_SETTINGS.get("VERSION", "0"))
+
+
+def _background() -> bool:
+    return apps.is_installed(BACKGROUND_APP)
+
+
+def extension_health(row: RosterEntry, notifiers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One extension's health: stopped/uninstalled → degraded with the reason; else its
+    `health()` hook (if any), degraded too by any notifier that exhausted its retries."""
+    if row.status == ExtensionStatus.STOPPED:
+        return {"status": "degraded", "detail": f"stopped: {row.reason}"}
+    if row.status == ExtensionStatus.UNINSTALLED:
+        return {"status": "ok", "detail": "uninstalled"}
+    result: dict[str, Any] = {"status": "ok"}
+    loaded = registry.get(row.id)
+    hook = loaded.definition.hooks.single.get("health") if loaded is not None else None
+    if hook is not None and loaded is not None and row.revision == loaded.revision:
+        outcome = run_frame(
+            extension_id=row.id,
+            hook="health",
+            call=hook,
+            mode="read",
+            failures="stop",
+            boundary="request",
+            validate=_health_valid,
+        )
+        if outcome.ok:
+            result = outcome.value
+        elif outcome.status == "stopped" or outcome.skip == "stopped":
+            result = {"status": "degraded", "detail": f"stopped: {outcome.reason}"}
+    degraded = [n for n in notifiers if n["extension_id"] == row.id and n["status"] == "degraded"]
+    if degraded:
+        detail = "; ".join(f"notifier {n['name']} degraded: {n['last_error']}" for n in degraded)
+        own = result.get("detail")
+        result = {"status": "degraded", "detail": f"{own}; {detail}" if own else detail}
+    return result
+
+
+def _health_valid(value: Any) -> dict[str, Any]:
+    try:
+        checked = value if isinstance(value, Health) else Health.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidResult(MSG_HEALTH_INVALID) from exc
+    return checked.model_dump(exclude_none=True)
+
+
+def lag_figures() -> dict[str, Any]:
+    """Settled cursor lag per consumer, the due-timer backlog and the oldest due timer age,
+    and the lifecycle outbox backlog (from the background app)."""
+    figures: dict[str, Any] = {
+        "available": False,
+        "settled": {"core_cursor": 0, "consumers": {}, "max_lag": 0},
+        "timers": {"due": 0, "pending": 0, "oldest_due_age_ms": None},
+        "outbox": {"unfanned": 0, "pending": {}},
+    }
+    if not _background():
+        return figures  # placeholder: the background app is not installed here
+    try:
+        from extensions_host.background.services.lifecycle import lifecycle_backlog
+        from extensions_host.background.services.settled import core_cursor, settled_lag
+        from extensions_host.background.services.timers import timers_summary
+    except ImportError:  # pragma: no cover - a partial deployment
+        return figures
+    figures["available"] = True
+    rows = list(RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED))
+    consumers = {
+        row.id: settled_lag(extension_id=row.id) for row in rows if "settled" in row.admitted_grants
+    }
+    figures["settled"] = {
+        "core_cursor": core_cursor(),
+        "consumers": consumers,
+        "max_lag": max((c["lag"] or 0 for c in consumers.values()), default=0),
+    }
+    due = pending = 0
+    oldest: int | None = None
+    for row in rows:
+        summary = timers_summary(extension_id=row.id)
+        due += summary["due"]
+        pending += summary["pending"]
+        age = summary["oldest_due_age_ms"]
+        if age is not None and (oldest is None or age > oldest):
+            oldest = age
+    figures["timers"] = {"due": due, "pending": pending, "oldest_due_age_ms": oldest}
+    figures["outbox"] = lifecycle_backlog()
+    return figures
+
+
+def workers_and_jobs() -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    if not _background():
+        return [], [], False
+    try:
+        from extensions_host.background.services.jobs import jobs_list
+        from extensions_host.background.services.workers import workers_summary
+    except ImportError:  # pragma: no cover - a partial deployment
+        return [], [], False
+    return workers_summary(), jobs_list(), True
+
+
+def meta_build() -> dict[str, Any]:
+    rows = list(RosterEntry.objects.all())
+    notifiers = notifier_health()
+    extensions = []
+    for row in rows:
+        health = extension_health(row, notifiers)
+        extensions.append(
+            {
+                "id": row.id,
+                "version": row.version,
+                "status": row.status,
+                "reason": row.reason,
+                "health": health,
+            }
+        )
+    degraded = any(
+        item["health"]["status"] == "degraded" or item["status"] == ExtensionStatus.STOPPED
+        for item in extensions
+    )
+    workers, jobs, background = workers_and_jobs()
+    return {
+        "version": host_version(),
+        "sdk_version": SDK_VERSION,
+        "health": {"status": "degraded" if degraded else "ok"},
+        "extensions": extensions,
+        "routes": routes_list(),
+        "notifiers": notifiers,
+        "providers": providers_catalog(),
+        "skills": skills_list(),
+        "webui_bundles": bundles_list(),
+        "workers": workers,
+        "jobs": jobs,
+        "background_available": background,
+        "incompatible_migrations": [
+            {"id": row.id, "reason": row.reason}
+            for row in rows
+            if row.status == ExtensionStatus.STOPPED and row.failing_hook == "migration"
+        ],
+        "lag": lag_figures(),
+    }

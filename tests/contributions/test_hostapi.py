@@ -1,0 +1,216 @@
+"""The host API (`ctx.host`): grant gates, the same services as the HTTP API, audit, watch."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+
+from conversations.models import Conversation, Submission
+from core.models import AuditEntry, LifecycleEvent
+from extensions_host.runtime import detached_context
+from extensions_host.sdk import AdmissionError, StateError
+
+from .exts import make_host_ext
+
+ALL = {"send", "host", "attention", "state"}
+
+
+def ctx_of(extension_id: str):
+    ctx = detached_context(extension_id=extension_id, hook="test")
+    assert ctx is not None
+    return ctx
+
+
+@pytest.mark.parametrize(
+    ("call", "grant"),
+    [
+        (lambda host: host.conversations.create(), "send"),
+        (lambda host: host.conversations.submit("c1", "hi"), "send"),
+        (lambda host: host.conversations.list(), "host"),
+        (lambda host: host.conversations.meta("c1"), "host"),
+        (lambda host: host.conversations.watch("c1", 0), "host"),
+        (lambda host: host.users.list(), "host"),
+        (lambda host: host.users.get("owner"), "host"),
+        (lambda host: host.access.access_of({"user": "owner"}, {"owner": "owner"}), "host"),
+        (lambda host: host.identity.acting_user("c1"), "host"),
+        (lambda host: host.interactions, "attention"),
+        (lambda host: host.ambient, "attention"),
+    ],
+)
+def test_a_host_api_call_without_its_grant_raises_admission_closed_naming_it(
+    install, conversation, call, grant
+):
+    install(make_host_ext("bare", grants={"state"}))
+    conversation("c1")
+    with pytest.raises(AdmissionError) as raised:
+        call(ctx_of("bare").host)
+    assert raised.value.kind == "closed"
+    assert raised.value.message == f"Extension is not granted {grant}"
+    assert not AuditEntry.objects.filter(actor="ext:bare").exists()
+    assert Conversation.objects.count() == 1
+
+
+def test_create_runs_the_conversation_service_and_is_audited(install, owner):
+    install(make_host_ext("bridge", grants=ALL))
+    host = ctx_of("bridge").host
+    own = host.conversations.create(name="Inbox")
+    theirs = host.conversations.create(owner="owner", sharing="users", id="chan-42")
+    assert Conversation.objects.get(pk=own).owner.username == "ext:bridge"
+    created = Conversation.objects.get(pk=theirs)
+    assert (created.owner_id, created.sharing, created.source) == (owner.pk, "users", "ext:bridge")
+    assert host.conversations.create(owner="owner", id="chan-42") == "chan-42"  # idempotent
+    assert LifecycleEvent.objects.filter(kind="conversation_created").count() == 2
+    audit = AuditEntry.objects.filter(actor="ext:bridge", action="host.conversations.create")
+    assert sorted(audit.values_list("target", flat=True)) == sorted([own, "chan-42", "chan-42"])
+    with pytest.raises(AdmissionError, match="User not found"):
+        host.conversations.create(owner="nobody")
+    with pytest.raises(AdmissionError, match="Conversation id is taken") as taken:
+        host.conversations.create(id="chan-42")  # another owner's id
+    assert taken.value.kind == "conflict"
+
+
+def test_create_inside_a_frame_commits_or_rolls_back_with_it(install, owner):
+    install(make_host_ext("bridge", grants=ALL))
+    ctx = ctx_of("bridge")
+
+    def create_then_fail(ctx):
+        ctx.host.conversations.create(id="doomed")
+        raise StateError("conflict", "no")
+
+    with pytest.raises(StateError):
+        ctx.transact(create_then_fail)
+    assert not Conversation.objects.filter(pk="doomed").exists()
+    assert ctx.transact(lambda ctx: ctx.host.conversations.create(id="kept")) == "kept"
+    assert Conversation.objects.filter(pk="kept").exists()
+
+
+def test_submit_admits_like_the_api_as_the_owner_by_default(install, owner, member, conversation):
+    install(make_host_ext("bridge", grants=ALL))
+    conversation("c1")
+    host = ctx_of("bridge").host
+    first = host.conversations.submit("c1", "hello", request_id="msg-1")
+    assert first["idempotent"] is False
+    assert first["origin"]["kind"] == "user"
+    submission = Submission.objects.get(pk=first["id"])
+    assert submission.origin_user_id == owner.pk
+    again = host.conversations.submit("c1", "hello", request_id="msg-1")
+    assert (again["id"], again["idempotent"]) == (first["id"], True)
+    with pytest.raises(AdmissionError) as conflict:
+        host.conversations.submit("c1", "other", request_id="msg-1")
+    assert conflict.value.kind == "conflict"
+    as_member = host.conversations.submit("c1", [{"type": "text", "text": "hi"}], user="member")
+    assert Submission.objects.get(pk=as_member["id"]).origin_user_id == member.pk
+    Conversation.objects.filter(pk="c1").update(archived=True)
+    with pytest.raises(AdmissionError) as closed:
+        host.conversations.submit("c1", "late")
+    assert closed.value.kind == "closed"
+    with pytest.raises(AdmissionError, match="Conversation not found"):
+        host.conversations.submit("missing", "x")
+
+
+def test_create_and_submit_are_bounded_by_the_per_extension_rate(install, settings, owner):
+    settings.HOST_SEND_RATE = "2/min"
+    cache.clear()
+    install(make_host_ext("chatty", grants=ALL))
+    host = ctx_of("chatty").host
+    cid = host.conversations.create()
+    host.conversations.submit(cid, "one")
+    with pytest.raises(AdmissionError) as throttled:
+        host.conversations.submit(cid, "two")
+    assert throttled.value.kind == "throttled"
+
+
+def test_list_meta_users_access_identity(install, owner, member, conversation):
+    install(make_host_ext("bridge", grants=ALL))
+    conversation("c1")
+    conversation("c2", who=member, sharing="users")
+    Conversation.objects.filter(pk="c2").update(archived=True)
+    host = ctx_of("bridge").host
+    assert [c["id"] for c in host.conversations.list(owner="owner")] == ["c1"]
+    assert [c["id"] for c in host.conversations.list(archived=True)] == ["c2"]
+    meta = host.conversations.meta("c1")
+    assert (meta["id"], meta["owner"]["username"], meta["busy"]) == ("c1", "owner", False)
+    assert [u["username"] for u in host.users.list()] == ["member", "owner"]  # no ext: users
+    assert host.users.get("member")["email"] == ""
+    assert host.users.get("ext:bridge") is None
+    access = host.access.access_of
+    assert access({"user": "member"}, {"owner": "owner", "sharing": "users"}) == "read"
+    assert access({"user": "member"}, {"owner": "owner", "sharing": "private"}) == "none"
+    assert access("owner", {"owner": "owner"}) == "owner"
+    assert access({"user": None}, {"owner": "owner", "sharing": "public"}) == "read"
+    assert host.identity.acting_user("c2") == "member"
+    assert host.identity.acting_user("nope") is None
+    actions = set(AuditEntry.objects.filter(actor="ext:bridge").values_list("action", flat=True))
+    assert actions == {
+        "host.conversations.list",
+        "host.conversations.meta",
+        "host.users.list",
+        "host.users.get",
+        "host.access.access_of",
+        "host.identity.acting_user",
+    }
+
+
+def test_watch_refuses_to_run_inside_a_frame(install, conversation):
+    install(make_host_ext("bridge", grants=ALL))
+    conversation("c1")
+    with pytest.raises(StateError, match="watch cannot run inside a transaction"):
+        ctx_of("bridge").transact(lambda ctx: ctx.host.conversations.watch("c1", 0))
+
+
+def test_watch_of_a_quiet_conversation_ends_at_its_timeout(install, conversation, settings):
+    settings.HOST_WATCH_POLL_SECONDS = 0.01
+    install(make_host_ext("bridge", grants=ALL))
+    version = conversation("c1").version
+    started = time.monotonic()
+    views = list(ctx_of("bridge").host.conversations.watch("c1", version, timeout_s=0.05))
+    assert views == []
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_yields_a_changed_view_to_a_worker_within_one_second_of_a_submission(
+    install, api, owner, conversation
+):
+    install(make_host_ext("bridge", grants=ALL))
+    version = conversation("c1").version
+    seen: list[tuple[float, dict]] = []
+    watching = threading.Event()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        # an extension worker: its own thread, its own database connection, outside any frame
+        try:
+            stream = ctx_of("bridge").host.conversations.watch("c1", version, timeout_s=5)
+            watching.set()
+            for view in stream:
+                seen.append((time.monotonic(), view))
+                break
+        except BaseException as exc:
+            errors.append(exc)
+            watching.set()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert watching.wait(5)
+    submitted_at = time.monotonic()
+    response = api(owner).post(
+        "/v1/conversations/c1/submissions",
+        {"parts": [{"type": "text", "text": "ping"}]},
+        format="json",
+    )
+    assert response.status_code == 201
+    thread.join(5)
+    assert not thread.is_alive()
+    assert errors == []
+    [(at, view)] = seen
+    assert at - submitted_at < 1.0
+    assert view["id"] == "c1"
+    assert view["version"] > version
+    assert view["head"] is not None

@@ -1,0 +1,214 @@
+"""Notifiers: one outbox, asynchronous delivery, bounded retries with backoff, degraded
+health, never a stop."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from extensions_host.contributions.models import (
+    DeliveryStatus,
+    Notification,
+    NotificationDelivery,
+    NotifierHealth,
+)
+from extensions_host.contributions.services.notify import (
+    notification_deliver,
+    notification_emit,
+    notifications_sweep,
+)
+from extensions_host.models import ExtensionStatus, RosterEntry
+
+from .exts import make_notifier_ext
+
+
+@pytest.fixture
+def notify_settings(settings):
+    settings.HOST_NOTIFY_MAX_ATTEMPTS = 3
+    settings.HOST_NOTIFY_BACKOFF_SECONDS = 2
+    settings.HOST_NOTIFY_BACKOFF_MAX_SECONDS = 60
+    settings.HOST_PUBLIC_URL = "https://hyphae.example/"
+    return settings
+
+
+def emit(capture, **overrides):
+    fields = {
+        "type": "interaction.pending",
+        "user": "owner",
+        "title": "A question is waiting",
+        "body": "Pick one",
+        "conversation_id": "c1",
+    } | overrides
+    with capture(execute=True):
+        return notification_emit(**fields)
+
+
+def test_a_notification_is_delivered_to_every_notifier_with_its_event(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    received = []
+    install(
+        make_notifier_ext("ntfy", notify=lambda ctx, event: received.append(("ntfy", event))),
+        make_notifier_ext("mail", notify=lambda ctx, event: received.append(("mail", event))),
+    )
+    notification = emit(django_capture_on_commit_callbacks)
+    assert len(enqueued) == 2  # one task per notifier, after commit
+    for delivery_id, countdown in enqueued:
+        assert countdown is None
+        assert notification_deliver(delivery_id=delivery_id) == "delivered"
+    assert sorted(name for name, _ in received) == ["mail", "ntfy"]
+    event = received[0][1]
+    assert event.type == "interaction.pending"
+    assert event.user == "owner"
+    assert event.url == "https://hyphae.example/inspect/c1"
+    assert event.title == "A question is waiting"
+    assert set(notification.deliveries.values_list("status", flat=True)) == {"delivered"}
+
+
+def test_nothing_is_enqueued_before_the_cause_commits(install, notify_settings, enqueued):
+    install(make_notifier_ext(notify=lambda ctx, event: None))
+    notification_emit(type="job.failed", user=None, title="Job failed", job_id="ext:x:nightly")
+    assert enqueued == []  # still inside the (test) transaction: on_commit has not run
+    assert Notification.objects.get().url == ""  # no conversation: no url
+
+
+def test_a_failing_notifier_is_retried_a_bounded_number_of_times_then_degraded(
+    install, api, member, notify_settings, enqueued, fake_clock, django_capture_on_commit_callbacks
+):
+    attempts = []
+
+    def down(ctx, event):
+        attempts.append(event.title)
+        raise ConnectionError("ntfy.example is unreachable")
+
+    install(make_notifier_ext(notify=down))
+    emit(django_capture_on_commit_callbacks)
+    (delivery_id, _), *_ = enqueued
+    outcomes = []
+    for _ in range(5):
+        with django_capture_on_commit_callbacks(execute=True):
+            outcomes.append(notification_deliver(delivery_id=delivery_id))
+        fake_clock.advance(seconds=60)
+    assert outcomes == ["retry", "retry", "failed", "not_due", "not_due"]
+    assert len(attempts) == 3  # bounded
+    assert [countdown for _, countdown in enqueued[1:]] == [2.0, 4.0]  # exponential backoff
+    delivery = NotificationDelivery.objects.get(pk=delivery_id)
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 3)
+    assert delivery.last_error == "ntfy.example is unreachable"
+    health = NotifierHealth.objects.get(extension_id="ntfy", notifier="push")
+    assert health.status == "degraded"
+    assert RosterEntry.objects.get(pk="ntfy").status == ExtensionStatus.RUNNING
+    meta = api(member).get("/v1/meta").json()
+    assert meta["health"]["status"] == "degraded"
+    [notifier] = meta["notifiers"]
+    assert notifier["status"] == "degraded"
+    assert notifier["failed_deliveries"] == 1
+    [extension] = meta["extensions"]
+    assert extension["status"] == "running"
+    assert extension["health"] == {
+        "status": "degraded",
+        "detail": "notifier push degraded: ntfy.example is unreachable",
+    }
+
+
+def test_a_retry_waits_for_its_backoff(
+    install, notify_settings, enqueued, fake_clock, django_capture_on_commit_callbacks
+):
+    calls = []
+
+    def flaky(ctx, event):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("blip")
+
+    install(make_notifier_ext(notify=flaky))
+    emit(django_capture_on_commit_callbacks)
+    delivery_id = enqueued[0][0]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert notification_deliver(delivery_id=delivery_id) == "retry"
+    assert notification_deliver(delivery_id=delivery_id) == "not_due"  # too early
+    fake_clock.advance(seconds=2)
+    assert notification_deliver(delivery_id=delivery_id) == "delivered"
+    health = NotifierHealth.objects.get()
+    assert (health.status, health.consecutive_failures, health.delivered) == ("ok", 0, 1)
+
+
+def test_a_notifier_past_its_deadline_fails_without_a_stop(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    notify_settings.HOST_NOTIFY_DEADLINE_MS = 50
+
+    def slow(ctx, event):
+        time.sleep(2)  # interrupted by the notifier deadline (SIGALRM on this main thread)
+
+    install(make_notifier_ext(notify=slow))
+    emit(django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert notification_deliver(delivery_id=enqueued[0][0]) == "retry"
+    delivery = NotificationDelivery.objects.get()
+    assert delivery.last_error == "notifier push exceeded its deadline"
+    assert RosterEntry.objects.get(pk="ntfy").status == ExtensionStatus.RUNNING
+
+
+def test_a_stopped_extension_s_notifier_is_skipped(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    calls = []
+    install(make_notifier_ext(notify=lambda ctx, event: calls.append(event)))
+    emit(django_capture_on_commit_callbacks)
+    RosterEntry.objects.filter(pk="ntfy").update(status=ExtensionStatus.STOPPED, reason="x")
+    assert notification_deliver(delivery_id=enqueued[0][0]) == "skipped"
+    assert calls == []
+
+
+def test_only_notifiers_with_the_grant_admitted_get_deliveries(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    install(make_notifier_ext(notify=lambda ctx, event: None))
+    RosterEntry.objects.filter(pk="ntfy").update(admitted_grants=[])
+    emit(django_capture_on_commit_callbacks)
+    assert NotificationDelivery.objects.count() == 0
+
+
+def test_a_secret_in_a_failure_is_redacted(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    def leaky(ctx, event):
+        token = ctx.stores.secrets.get("token")
+        raise ConnectionError(f"auth failed for {token}")
+
+    install(make_notifier_ext(notify=leaky))
+    from extensions_host.contributions.services.stores import secret_set
+
+    secret_set(extension_id="ntfy", key="token", value="s3cr3t-value-123")
+    emit(django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        notification_deliver(delivery_id=enqueued[0][0])
+    assert NotificationDelivery.objects.get().last_error == "auth failed for [redacted]"
+
+
+def test_the_sweep_re_enqueues_lost_and_abandoned_deliveries(
+    install, notify_settings, enqueued, fake_clock, django_capture_on_commit_callbacks
+):
+    install(make_notifier_ext(notify=lambda ctx, event: None))
+    emit(django_capture_on_commit_callbacks)
+    delivery = NotificationDelivery.objects.get()
+    # a worker claimed it and died: in flight, its lease running
+    NotificationDelivery.objects.filter(pk=delivery.pk).update(
+        status=DeliveryStatus.IN_FLIGHT, attempts=1, next_attempt_at=fake_clock.now_ms() + 1000
+    )
+    enqueued.clear()
+    assert notifications_sweep() == 0
+    fake_clock.advance(seconds=2)
+    assert notifications_sweep() == 1
+    assert enqueued == [(delivery.pk, None)]
+    assert notification_deliver(delivery_id=delivery.pk) == "delivered"
+    assert NotificationDelivery.objects.get().attempts == 2
+
+
+def test_an_unknown_type_is_refused():
+    from core.errors import HostError
+
+    with pytest.raises(HostError, match="Notification type must be"):
+        notification_emit(type="run.exploded", user=None, title="x")

@@ -1,0 +1,210 @@
+"""Extension HTTP routes at /v1/ext/<id>/<path> (spec 05)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from rest_framework.test import APIClient
+
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
+
+from . import exts
+from .exts import make_routes_ext
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls():
+    exts.calls.clear()
+
+
+def status(ext_id: str) -> str:
+    return RosterEntry.objects.get(pk=ext_id).status
+
+
+def test_route_auth_matrix(install, api, member, staff):
+    install(make_routes_ext())
+    anonymous = APIClient()
+    denied = anonymous.get("/v1/ext/web/me")
+    assert denied.status_code == 401
+    assert denied["WWW-Authenticate"].startswith("Bearer")
+    assert denied.json()["error"]["cause"] == "unauthenticated"
+    forbidden = api(member).post("/v1/ext/web/admin/reset")
+    assert forbidden.status_code == 403
+    assert exts.calls == []  # neither handler ran
+    public = anonymous.get("/v1/ext/web/status")
+    assert public.status_code == 200
+    assert public.json() == {"ok": True, "user": "", "n": 0}
+    assert api(member).get("/v1/ext/web/me").json()["user"] == "member"
+    assert api(staff).post("/v1/ext/web/admin/reset").status_code == 200
+    assert exts.calls == ["GET ", "GET member", "POST staff"]
+
+
+def test_a_read_token_cannot_call_a_writing_user_route(install, api, member):
+    install(make_routes_ext())
+    assert api(member, scope="read").post("/v1/ext/web/me").status_code == 403
+    assert api(member, scope="read").get("/v1/ext/web/me").status_code == 200
+
+
+def test_a_body_one_byte_over_the_limit_is_413_and_the_handler_never_runs(install, api, member):
+    install(make_routes_ext("lim", body_limit=1024))
+    client = api(member)
+    at_limit = client.post("/v1/ext/lim/upload", b"x" * 1024, content_type="application/json")
+    assert at_limit.status_code == 200
+    assert at_limit.json()["n"] == 1024
+    over = client.post("/v1/ext/lim/upload", b"x" * 1025, content_type="application/json")
+    assert over.status_code == 413
+    assert over.json()["error"] == {
+        "category": "limit",
+        "cause": "too_large",
+        "message": "Request body is too large",
+    }
+    assert exts.calls == ["POST member"]  # only the request at the limit reached the handler
+
+
+def test_the_route_view_enforces_the_exact_limit_of_the_method(install, api, member):
+    # `GET me` has no body; `POST me` accepts 16 bytes: the registered path limit is the
+    # largest, the view still refuses what this method does not accept
+    install(make_routes_ext("exact", body_limit=16))
+    response = api(member).post("/v1/ext/exact/me", b"y" * 17, content_type="text/plain")
+    assert response.status_code == 413
+    assert exts.calls == []
+
+
+def test_a_raising_handler_answers_503_and_stops_the_extension(install, api, member):
+    def broken(ctx, request):
+        raise RuntimeError("boom")
+
+    install(make_routes_ext("crash", handler=broken))
+    response = api(member).get("/v1/ext/crash/me")
+    assert response.status_code == 503
+    assert response.json()["error"]["category"] == "extensions"
+    assert response.json()["error"]["cause"] == "unavailable"
+    row = RosterEntry.objects.get(pk="crash")
+    assert row.status == ExtensionStatus.STOPPED
+    assert row.reason == "route GET me defect: boom"
+    assert row.failing_hook == "route GET me"
+    # stopped means stopped: every route of it now answers 503 without running anything
+    again = APIClient().get("/v1/ext/crash/status")
+    assert again.status_code == 503
+    assert "is stopped: route GET me defect: boom" in again.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "cause"),
+    [
+        (CommandError("not_found", "No such item"), 404, "not_found"),
+        (CommandError("invalid", "Bad input"), 400, "invalid"),
+        (AdmissionError("closed", "Extension is not granted send"), 409, "closed"),
+        (AdmissionError("throttled", "Slow down"), 429, "throttled"),
+        (StateError("conflict", "Changed meanwhile"), 409, "conflict"),
+    ],
+)
+def test_a_typed_sdk_error_maps_to_the_error_model_without_a_stop(
+    install, api, member, error, code, cause
+):
+    def refuse(ctx, request):
+        raise error
+
+    install(make_routes_ext("typed", handler=refuse))
+    response = api(member).get("/v1/ext/typed/me")
+    assert response.status_code == code
+    assert response.json()["error"]["cause"] == cause
+    assert response.json()["error"]["message"] == error.message
+    assert status("typed") == ExtensionStatus.RUNNING
+
+
+def test_retry_answers_503_with_retry_after_and_keeps_the_extension_running(install, api, member):
+    def later(ctx, request):
+        raise Retry(7, "upstream is down")
+
+    install(make_routes_ext("retry", handler=later))
+    response = api(member).get("/v1/ext/retry/me")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "7"
+    assert status("retry") == ExtensionStatus.RUNNING
+
+
+def test_a_handler_past_its_deadline_is_stopped(install, api, member):
+    def slow(ctx, request):
+        time.sleep(2)  # interrupted by the route deadline (SIGALRM on this main thread)
+        return {}
+
+    install(make_routes_ext("slow", handler=slow, deadline_s=0.05))
+    started = time.monotonic()
+    response = api(member).get("/v1/ext/slow/me")
+    assert time.monotonic() - started < 1.5
+    assert response.status_code == 503
+    assert RosterEntry.objects.get(pk="slow").reason == "route GET me exceeded its deadline"
+
+
+@pytest.mark.parametrize(
+    ("result", "reason"),
+    [
+        (object(), "route GET me defect: Extension route result is not a response or JSON"),
+        ("coroutine", "route GET me defect: returned an awaitable; handlers must be synchronous"),
+    ],
+)
+def test_an_invalid_or_async_result_is_a_defect(install, api, member, result, reason):
+    async def coroutine():
+        return {}
+
+    def handler(ctx, request):
+        return coroutine() if result == "coroutine" else result
+
+    install(make_routes_ext("bad", handler=handler))
+    assert api(member).get("/v1/ext/bad/me").status_code == 503
+    assert RosterEntry.objects.get(pk="bad").reason == reason
+    assert not asyncio.iscoroutine(result)
+
+
+def test_unknown_paths_and_methods_are_404_and_405(install, api, member):
+    install(make_routes_ext())
+    client = api(member)
+    assert client.get("/v1/ext/web/nope").status_code == 404
+    assert client.get("/v1/ext/ghost/status").status_code == 404
+    wrong = client.delete("/v1/ext/web/status")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["details"] == {"allow": ["GET"]}
+    assert exts.calls == []
+
+
+def test_routes_need_the_routes_grant_admitted(install, api, member):
+    install(make_routes_ext())
+    RosterEntry.objects.filter(pk="web").update(admitted_grants=["state"])
+    response = api(member).get("/v1/ext/web/me")
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == "Extension web is not granted routes"
+    assert exts.calls == []
+
+
+def test_a_handler_response_passes_through_and_none_is_204(install, api, member):
+    install(make_routes_ext())
+    raw = api(member).get("/v1/ext/web/raw", HTTP_ACCEPT="text/html")
+    assert raw.status_code == 201
+    assert raw.json() == {"raw": 1}
+
+
+def test_a_handler_writes_through_its_context(install, api, member):
+    from extensions_host.contributions.services.stores import settings_get
+
+    def write(ctx, request):
+        ctx.stores.settings.set({"seen": request.principal.user.get_username()})
+        return None
+
+    install(make_routes_ext("writer", handler=write))
+    response = api(member).post("/v1/ext/writer/me")
+    assert response.status_code == 204
+    assert settings_get(extension_id="writer") == {"seen": "member"}
+
+
+def test_the_schema_marks_the_extension_route_catch_all_for_fuzzers():
+    schema = APIClient().get("/v1/schema", HTTP_ACCEPT="application/json").json()
+    operations = schema["paths"]["/v1/ext/{extension_id}/{path}"]
+    assert set(operations) >= {"get", "post", "put", "patch", "delete"}
+    for operation in operations.values():
+        assert operation["x-extension-route"] is True
+        assert operation["x-fuzz-exclude"] is True
+        assert {"401", "403", "404", "405", "413", "503"} <= set(operation["responses"])

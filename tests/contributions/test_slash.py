@@ -1,0 +1,147 @@
+"""Slash commands: the list, the core commands through the conversation services, and
+extension commands with the route failure rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from conversations.models import Conversation, Entry
+from core.models import LifecycleEvent
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.sdk import CommandError, Retry
+
+from . import exts
+from .exts import make_slash_ext
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls():
+    exts.calls.clear()
+
+
+def run(client, cid: str, name: str, args: str = ""):
+    return client.post(f"/v1/conversations/{cid}/commands/{name}", {"args": args}, format="json")
+
+
+def test_the_list_has_the_core_commands_then_the_extensions(install, api, member):
+    install(make_slash_ext())
+    listed = api(member).get("/v1/commands").json()
+    assert [c["name"] for c in listed] == ["help", "fork", "archive", "rename", "share", "todo"]
+    assert listed[-1] == {
+        "name": "todo",
+        "description": "Add a todo",
+        "args_hint": "<text>",
+        "source": "todo",
+    }
+    assert {c["source"] for c in listed[:5]} == {"core"}
+
+
+def test_a_stopped_extension_s_commands_are_not_listed(install, api, member):
+    install(make_slash_ext())
+    RosterEntry.objects.filter(pk="todo").update(status=ExtensionStatus.STOPPED, reason="x")
+    assert "todo" not in [c["name"] for c in api(member).get("/v1/commands").json()]
+
+
+def test_an_extension_command_runs_for_the_owner_and_returns_its_notice(
+    install, api, owner, conversation
+):
+    install(make_slash_ext())
+    conversation("c1")
+    response = run(api(owner), "c1", "todo", "buy milk")
+    assert response.status_code == 200
+    assert response.json() == {"notice": "added buy milk"}
+    assert exts.calls == ["todo buy milk owner"]
+
+
+def test_only_the_owner_may_run_commands(install, api, member, outsider, owner, conversation):
+    install(make_slash_ext())
+    conversation("shared", sharing="users")
+    conversation("private")
+    assert run(api(member), "shared", "todo", "x").status_code == 403
+    assert run(api(outsider), "private", "todo", "x").status_code == 404
+    assert run(api(None), "shared", "todo", "x").status_code == 401
+    assert exts.calls == []
+
+
+def test_an_unknown_command_is_400(install, api, owner, conversation):
+    install(make_slash_ext())
+    conversation("c1")
+    response = run(api(owner), "c1", "teleport")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "Command is unknown"
+
+
+def test_unknown_fields_are_refused(install, api, owner, conversation):
+    conversation("c1")
+    response = api(owner).post(
+        "/v1/conversations/c1/commands/help", {"args": "", "extra": 1}, format="json"
+    )
+    assert response.status_code == 400
+
+
+def test_a_typed_error_maps_and_a_defect_stops(install, api, owner, conversation):
+    conversation("c1")
+
+    def refuse(ctx, invocation):
+        raise CommandError("rejected", "Not today")
+
+    install(make_slash_ext("picky", run=refuse, name="picky"))
+    refused = run(api(owner), "c1", "picky")
+    assert refused.status_code == 422
+    assert refused.json()["error"]["message"] == "Not today"
+    assert RosterEntry.objects.get(pk="picky").status == ExtensionStatus.RUNNING
+
+    def later(ctx, invocation):
+        raise Retry(3)
+
+    install(make_slash_ext("later", run=later, name="later"))
+    retry = run(api(owner), "c1", "later")
+    assert retry.status_code == 503
+    assert retry["Retry-After"] == "3"
+
+    def broken(ctx, invocation):
+        return {"unexpected": True}
+
+    install(make_slash_ext("broken", run=broken, name="broken"))
+    assert run(api(owner), "c1", "broken").status_code == 503
+    row = RosterEntry.objects.get(pk="broken")
+    assert row.status == ExtensionStatus.STOPPED
+    assert row.reason == "slash broken defect: Slash command result must be {notice} or a string"
+
+
+def test_core_rename_share_archive_go_through_the_conversation_services(
+    install, api, owner, conversation
+):
+    conversation("c1")
+    client = api(owner)
+    assert run(client, "c1", "rename", "Plans").json() == {"notice": "Renamed to Plans"}
+    assert run(client, "c1", "share", "users").json() == {"notice": "Sharing is now users"}
+    assert run(client, "c1", "share", "everyone").status_code == 400
+    assert run(client, "c1", "rename", "").status_code == 400
+    assert run(client, "c1", "archive").json() == {"notice": "Conversation archived"}
+    row = Conversation.objects.get(pk="c1")
+    assert (row.name, row.sharing, row.archived) == ("Plans", "users", True)
+    assert LifecycleEvent.objects.filter(kind="conversation_archived").count() == 1
+
+
+def test_core_fork_forks_at_the_head_or_at_an_entry(install, api, owner, conversation):
+    conversation("c1")
+    client = api(owner)
+    assert run(client, "c1", "fork").status_code == 400  # nothing to fork yet
+    first = Entry.objects.create(conversation_id="c1", role="user", content=[])
+    Entry.objects.create(conversation_id="c1", role="assistant", content=[])
+    forked = run(client, "c1", "fork").json()
+    child = forked["conversation_id"]
+    assert forked["notice"] == f"Forked into {child}"
+    assert Entry.objects.filter(conversation_id=child).count() == 2
+    at_first = run(client, "c1", "fork", str(first.pk)).json()["conversation_id"]
+    assert Entry.objects.filter(conversation_id=at_first).count() == 1
+    assert run(client, "c1", "fork", "abc").status_code == 400
+
+
+def test_core_help_lists_every_command(install, api, owner, conversation):
+    install(make_slash_ext())
+    conversation("c1")
+    notice = run(api(owner), "c1", "help").json()["notice"]
+    assert "/fork [entry id]" in notice
+    assert "/todo <text> — Add a todo" in notice
