@@ -138,3 +138,21 @@ def test_an_unknown_bundle_selection_is_a_clear_startup_error(settings):
 def test_a_bundle_outside_its_package_is_refused_at_load():
     with pytest.raises(registry.ExtensionLoadError, match="escapes its package"):
         registry.load([("t", make_bundle_ext("evil", "../../config"))])
+
+
+def test_a_claim_captures_a_skill_contributor_and_lists_its_skills(install, api, owner):
+    install(make_skills_ext())
+    client = api(owner)
+    assert client.post("/v1/conversations", {"id": "sk"}, format="json").status_code == 201
+    submitted = client.post(
+        "/v1/conversations/sk/submissions",
+        {"parts": [{"type": "text", "text": "hi"}]},
+        format="json",
+    )
+    assert submitted.status_code == 201
+    claim = api("service").post("/v1/conversations/sk/runs", {}, format="json")
+    assert claim.status_code == 201, claim.content
+    body = claim.json()
+    capture = body.get("capture", body)
+    assert [p["id"] for p in capture["participants"]] == ["skilled"]
+    assert [s["name"] for s in capture["skills"]] == ["summarize", "plain"]

@@ -3,14 +3,14 @@
 `participation_capture(run)` runs after the claim committed, outside any write transaction; every
 hook runs read-only through the runtime (`run_frame(mode="read")`). For the captured
 extensions only (running, loaded at the roster's revision, with any of the grants `run_tools
-files prompt compaction_handoff`), in roster order, it computes:
+files prompt compaction_handoff` or contributing skills), in roster order, it computes:
 
 - prompt sections (`prompt`): the bounds of spec 04; a violation raises `CaptureRejected` whose
   release transaction also stops the extension (stop, release and re-queue in one transaction);
 - tool modules (`run_tools`): declared tools with JSON schemas; a failure drops the module;
 - files (`files`): the first captured extension; a failure rejects the claim;
 - compaction handoff: the first captured extension with the grant and the hook;
-- skills: none are contributed yet.
+- skills: the skill directories contributed by the captured extensions.
 """
 
 from __future__ import annotations
@@ -89,14 +89,15 @@ def run_info(run: Run) -> RunInfo:
 
 
 def run_participants() -> list[Participant]:
-    """Running extensions with a run grant, loaded here at the roster's revision, roster order."""
+    """Running extensions with a run grant or contributed skills, loaded here at the roster's
+    revision, in roster order."""
     result = []
     rows = RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).order_by("id")
     for row in rows:
         loaded = registry.get(row.id)
         if loaded is None or loaded.revision != row.revision:
             continue  # not runnable by this process (rolling deploy): not captured
-        if RUN_GRANTS & set(row.admitted_grants or []):
+        if RUN_GRANTS & set(row.admitted_grants or []) or loaded.definition.contributions.skills:
             result.append(Participant(row=row, loaded=loaded))
     return result
 
@@ -116,10 +117,17 @@ def participation_capture(run: Run) -> dict[str, Any]:
         ],
         "prompt_sections": sections,
         "tool_modules": modules,
-        "skills": [],
+        "skills": _skills(captured),
         "files": files,
         "compaction_handoff": handoff,
     }
+
+
+def _skills(captured: list[Participant]) -> list[dict[str, Any]]:
+    from extensions_host.contributions.services.skills import skills_for_claim
+
+    ids = {p.id for p in captured}
+    return [skill for skill in skills_for_claim() if skill["extension_id"] in ids]
 
 
 def _read_hook(
