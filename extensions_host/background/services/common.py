@@ -1,0 +1,130 @@
+"""Pieces every background service shares: which extensions may run a capability here, the
+coalesced delivery kicks, and enqueueing after commit."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from django.db import connection, transaction
+
+from core import clock
+from core.errors import HostError
+from extensions_host import registry
+from extensions_host.background.models import Kick
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import FramePage, run_page
+from extensions_host.runtime.deadlines import default_deadline
+
+T = TypeVar("T")
+
+logger = logging.getLogger("extensions_host.background")
+
+# A kick whose task has not cleared it within this time is treated as lost (the task was
+# dropped or its worker died before it started): the next trigger enqueues again.
+KICK_STALE_MS = 30_000
+
+CHANNEL_SETTLED = "settled"
+CHANNEL_LIFECYCLE = "lifecycle"
+CHANNEL_FANOUT = "fanout"
+FANOUT_KEY = "*"
+
+
+def eligible_ids(grant: str, *, ids: Iterable[str] | None = None) -> list[str]:
+    """Extensions whose hooks this process may run for `grant`: running, granted, and loaded
+    here at the roster's revision (a process with other code runs none of their hooks)."""
+    loaded = registry.loaded()
+    wanted = list(loaded) if ids is None else [i for i in ids if i in loaded]
+    if not wanted:
+        return []
+    rows = RosterEntry.objects.filter(pk__in=wanted, status=ExtensionStatus.RUNNING).values_list(
+        "id", "revision", "admitted_grants"
+    )
+    return sorted(
+        ext_id
+        for ext_id, revision, grants in rows
+        if grant in (grants or []) and loaded[ext_id].revision == revision
+    )
+
+
+def is_eligible(extension_id: str, grant: str) -> bool:
+    return bool(eligible_ids(grant, ids=[extension_id]))
+
+
+def enqueue(send: Callable[[], Any]) -> None:
+    """Send a task after the current transaction commits (at once outside one). A broker
+    failure is logged, never raised into the committed operation: beat is the safety net."""
+    transaction.on_commit(send, robust=True)
+
+
+def kick_ensure(channel: str, extension_ids: Iterable[str]) -> None:
+    Kick.objects.bulk_create(
+        [Kick(channel=channel, extension_id=ext_id) for ext_id in extension_ids],
+        ignore_conflicts=True,
+    )
+
+
+def kick(
+    channel: str, extension_ids: Iterable[str] | None = None, *, running_only: bool = False
+) -> list[str]:
+    """Flip the kick flag of these consumers (all of the channel's when None; only those of
+    running extensions with `running_only`); returns the ones whose flag this call flipped —
+    exactly those need a task enqueued."""
+    now = clock.now_ms()
+    table = connection.ops.quote_name(Kick._meta.db_table)
+    params: list[Any] = [True, now, channel, False, now - KICK_STALE_MS]
+    where = ""
+    if extension_ids is not None:
+        ids = list(extension_ids)
+        if not ids:
+            return []
+        where += f" AND extension_id IN ({', '.join(['%s'] * len(ids))})"
+        params.extend(ids)
+    if running_only:
+        roster = connection.ops.quote_name(RosterEntry._meta.db_table)
+        where += f" AND extension_id IN (SELECT id FROM {roster} WHERE status = %s)"  # noqa: S608
+        params.append(ExtensionStatus.RUNNING.value)
+    # One statement: rows already pending are not touched (and not locked), so a burst of
+    # triggers (one per settle) costs one cheap UPDATE each and enqueues one task per consumer.
+    sql = (
+        f"UPDATE {table} SET pending = %s, kicked_at = %s "  # noqa: S608 (our table names)
+        f"WHERE channel = %s AND (pending = %s OR kicked_at < %s){where} "
+        "RETURNING extension_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def kick_clear(channel: str, extension_id: str) -> None:
+    """Called by a delivery task before it reads: a change after this point kicks again."""
+    Kick.objects.filter(channel=channel, extension_id=extension_id, pending=True).update(
+        pending=False
+    )
+
+
+PAGE_ATTEMPTS = 3
+
+
+def page_with_retries(fn: Callable[[FramePage], T], *, time_limit_s: float | None = None) -> T:
+    """`run_page` (group commit, retried after host-transient errors), and again when a stop
+    written into the page could not be written (`store/unavailable`).
+
+    Two pages that both hold a failing extension's roster row `FOR SHARE` and both try to stop
+    it deadlock; PostgreSQL aborts one, whose stop then reports `store/unavailable`. The page
+    was rolled back whole, so running it again is safe (the other page's stop has committed by
+    then, and the extension is no longer eligible).
+    """
+    limit = default_deadline("worker") if time_limit_s is None else time_limit_s
+    for attempt in range(PAGE_ATTEMPTS):
+        try:
+            return run_page(fn, boundary="worker", time_limit_s=limit)
+        except HostError as exc:
+            if exc.cause != "unavailable" or attempt + 1 == PAGE_ATTEMPTS:
+                raise
+            logger.warning("background page retried after %s", exc.message)
+            time.sleep(0.05 * (attempt + 1) * (0.5 + random.random()))  # noqa: S311
+    raise AssertionError("unreachable")

@@ -1,0 +1,405 @@
+"""Declared jobs (grant `timers`, spec 03): cron (croniter) or every N seconds; a task action
+(the extension's function, in its own frame) or a prompt action (a submission into a named
+conversation, needs `send` too). Ids `ext:<extension>:<name>`.
+
+A run is one group-commit page: the job's row is locked (`FOR NO KEY UPDATE SKIP LOCKED`, so
+a job never runs twice at once and two beats never run one instant twice), its due instants are
+counted, the action runs in a savepoint frame, and the row's next instant, outcome and counters
+commit together with the action's effects. A crash rolls all of it back; the next sweep runs
+the instant again (within the grace) or counts it as missed.
+
+- **Missed runs**: instants older than `HOST_JOB_MISFIRE_GRACE_SECONDS` when the sweep sees
+  them (the host or the extension was down) are counted (`missed_runs`, `last_missed_at`) and
+  skipped, or run once (`catch_up="once"`). `next_run_at` never moves past an instant without
+  counting it.
+- **Overlap**: instants that came due while the job ran are skipped and counted
+  (`overlap="skip"`, default) or run once right after (`buffer_one`).
+- A failed run (a typed error, a defect, a refused prompt) records the outcome and emits a
+  `job.failed` notification; a defect also stops the extension (frame rules); `Retry` re-offers
+  the run after its delay (bounded like every retry).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from croniter import croniter
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+
+from conversations.services import Origin, submission_admit
+from core import clock
+from core.errors import MSG_NOT_FOUND, HostError
+from core.services import audit_record
+from extensions_host import registry
+from extensions_host.background.declarations import Job, JobRun, PromptAction, job_id, jobs_of
+from extensions_host.background.models import JobState, JobTrigger, Outcome
+from extensions_host.background.services.common import eligible_ids, enqueue, page_with_retries
+from extensions_host.background.services.notifications import job_failed_notify
+from extensions_host.registry import LoadedExtension
+from extensions_host.runtime import FrameOutcome, FramePage, HookContext, run_frame
+from extensions_host.runtime.stops import bounded_reason
+from extensions_host.sdk import AdmissionError
+
+SWEEP_PAGE = 16
+# iterating a cron expression over a long outage is bounded; past it the count is a floor
+COUNT_CAP = 100_000
+
+MSG_JOB_NOT_FOUND = "Job not found"
+MSG_EXTENSION_STOPPED = "Extension is not running"
+MSG_NOT_GRANTED_SEND = "Extension is not granted send"
+
+
+# --- schedule arithmetic (epoch ms, UTC) ---------------------------------------------------
+
+
+def next_after(job: Job, after_ms: int) -> int:
+    """The first scheduled instant strictly after `after_ms`."""
+    if job.every_seconds is not None:
+        period = job.every_seconds * 1000
+        return (after_ms // period + 1) * period
+    assert job.schedule is not None
+    base = clock.from_ms(after_ms)
+    return round(croniter(job.schedule, base).get_next(float) * 1000)
+
+
+def instants_between(job: Job, start_ms: int, end_ms: int) -> tuple[int, int | None, int | None]:
+    """(count, first, last) of scheduled instants `t` with `start_ms <= t <= end_ms`."""
+    if end_ms < start_ms:
+        return 0, None, None
+    if job.every_seconds is not None:
+        period = job.every_seconds * 1000
+        first = -(-start_ms // period) * period
+        if first > end_ms:
+            return 0, None, None
+        count = (end_ms - first) // period + 1
+        return count, first, first + (count - 1) * period
+    count, first, last = 0, None, None
+    cursor = next_after(job, start_ms - 1)
+    while cursor <= end_ms and count < COUNT_CAP:
+        count += 1
+        first = cursor if first is None else first
+        last = cursor
+        cursor = next_after(job, cursor)
+    return count, first, last
+
+
+# --- declarations and state ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Declared:
+    job_id: str
+    loaded: LoadedExtension
+    job: Job
+
+
+def jobs_declared() -> dict[str, Declared]:
+    """Every job of every extension loaded here, by id."""
+    found: dict[str, Declared] = {}
+    for extension_id, loaded in registry.loaded().items():
+        for job in jobs_of(loaded.definition):
+            jid = job_id(extension_id, job.name)
+            found[jid] = Declared(job_id=jid, loaded=loaded, job=job)
+    return found
+
+
+def jobs_ensure(declared: dict[str, Declared]) -> None:
+    """A newly declared job gets a row whose first run is its next instant (never at once)."""
+    if not declared:
+        return
+    known = set(JobState.objects.filter(pk__in=list(declared)).values_list("pk", flat=True))
+    now = clock.now_ms()
+    JobState.objects.bulk_create(
+        [
+            JobState(
+                id=item.job_id,
+                extension_id=item.loaded.id,
+                name=item.job.name,
+                next_run_at=next_after(item.job, now),
+            )
+            for item in declared.values()
+            if item.job_id not in known
+        ],
+        ignore_conflicts=True,
+    )
+
+
+# --- the sweep and one run -------------------------------------------------------------------
+
+
+def jobs_run_due(*, limit: int = SWEEP_PAGE) -> bool:
+    """Beat: run every due job of running, timer-granted extensions (and manual triggers).
+    Returns True when more may be due."""
+    running = set(eligible_ids("timers"))
+    declared = {k: v for k, v in jobs_declared().items() if v.loaded.id in running}
+    if not declared:
+        return False
+    jobs_ensure(declared)
+    now = clock.now_ms()
+    triggered = JobTrigger.objects.filter(job=OuterRef("pk"), not_before__lte=now)
+    due = list(
+        JobState.objects.filter(pk__in=list(declared))
+        .filter(Q(next_run_at__lte=now) | Exists(triggered))
+        .order_by("next_run_at", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for jid in due:
+        job_run(job_id=jid)
+    return len(due) == limit
+
+
+def job_run(*, job_id: str) -> str:
+    """Run one job if it is due or triggered. Returns `ok`, `failed`, `retry`, `busy` (running
+    elsewhere), `idle` (nothing due), `skipped` (extension not running here)."""
+    declared = jobs_declared().get(job_id)
+    if declared is None or not eligible_ids("timers", ids=[declared.loaded.id]):
+        return "skipped"
+    jobs_ensure({job_id: declared})
+    return page_with_retries(
+        lambda page: _run_locked(page, declared), time_limit_s=_time_limit(declared.job)
+    )
+
+
+def _time_limit(job: Job) -> float:
+    from extensions_host.runtime.deadlines import default_deadline
+
+    return min(job.deadline_s or default_deadline("worker"), 300.0) + 5.0
+
+
+def _run_locked(page: FramePage, declared: Declared) -> str:
+    job = declared.job
+    row = (
+        JobState.objects.select_for_update(no_key=True, skip_locked=True)
+        .filter(pk=declared.job_id)
+        .first()
+    )
+    if row is None:
+        return "busy"  # running right now (another worker holds the row)
+    now = clock.now_ms()
+    triggers = list(
+        JobTrigger.objects.filter(job_id=row.pk, not_before__lte=now).order_by("not_before", "pk")
+    )
+    count, _, last = (
+        instants_between(job, row.next_run_at, now)
+        if row.next_run_at is not None and row.next_run_at <= now
+        else (0, None, None)
+    )
+    if count == 0 and not triggers:
+        return "idle"
+    grace = settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
+    latest_in_grace = last is not None and now - last <= grace
+    missed = max(count - 1, 0) + (1 if last is not None and not latest_in_grace else 0)
+    if missed:
+        row.missed_runs += missed
+        row.last_missed_at = last if not latest_in_grace else _previous(job, last, row)
+    run: JobRun | None = None
+    attempt = 0
+    if triggers:
+        retry = next((t for t in triggers if t.scheduled_for is not None), None)
+        manual = any(t.scheduled_for is None for t in triggers)
+        scheduled = retry.scheduled_for if retry is not None and not manual else now
+        attempt = max(t.retry_attempt for t in triggers)
+        run = JobRun(
+            job_id=row.pk,
+            scheduled_for=scheduled or now,
+            fired_at=now,
+            manual=manual,
+            missed_runs=missed,
+        )
+    elif last is not None and (latest_in_grace or job.catch_up == "once"):
+        run = JobRun(job_id=row.pk, scheduled_for=last, fired_at=now, missed_runs=missed)
+    next_run = next_after(job, now)
+    status = "idle"
+    if run is not None:
+        outcome = _run_action(page, declared, run, attempt)
+        status = _record(row, declared, run, outcome, now, attempt)
+        next_run = _after_overlap(row, job, now, next_run)
+    if triggers:
+        JobTrigger.objects.filter(pk__in=[t.pk for t in triggers]).delete()
+    row.next_run_at = next_run
+    row.save()
+    return status
+
+
+def _previous(job: Job, last: int, row: JobState) -> int | None:
+    """The instant before `last` (the latest missed one when `last` itself still runs)."""
+    if row.next_run_at is None:
+        return None
+    return instants_between(job, row.next_run_at, last - 1)[2]
+
+
+def _after_overlap(row: JobState, job: Job, started: int, next_run: int) -> int:
+    """Instants that came due while the run held the job: skipped and counted (`skip`), or the
+    latest of them run right after (`buffer_one`), the others counted."""
+    finished = clock.now_ms()
+    count, _, last = instants_between(job, started + 1, finished)
+    if not count:
+        return next_run
+    if job.overlap == "buffer_one":
+        row.overlap_skips += count - 1
+        assert last is not None
+        return last  # due now: the next sweep runs it once
+    row.overlap_skips += count
+    return next_after(job, finished)
+
+
+def _run_action(page: FramePage, declared: Declared, run: JobRun, attempt: int) -> FrameOutcome:
+    job = declared.job
+    action = job.action
+
+    if isinstance(action, PromptAction):
+
+        def call(ctx: HookContext) -> Any:
+            return _prompt(ctx, action, run)
+
+    else:
+
+        def call(ctx: HookContext) -> Any:
+            return action(ctx, run)
+
+    return run_frame(
+        extension_id=declared.loaded.id,
+        hook=f"job {job.name}",
+        call=call,
+        failures="return",
+        boundary="worker",
+        deadline_s=job.deadline_s,
+        page=page,
+        retry_attempt=attempt,
+    )
+
+
+def _prompt(ctx: HookContext, action: PromptAction, run: JobRun) -> dict[str, Any]:
+    if "send" not in ctx.grants:
+        raise AdmissionError("closed", MSG_NOT_GRANTED_SEND)
+    try:
+        with transaction.atomic():
+            admission = submission_admit(
+                conversation_id=action.conversation_id,
+                parts=[{"type": "text", "text": action.text}],
+                origin=Origin.of_extension(ctx.extension_id, correlation=run.job_id),
+                request_id=f"job:{run.job_id}:{run.scheduled_for}"[:128],
+            )
+    except HostError as exc:  # the conversation refused it: a failed run, not a defect
+        kind = {"conflict": "conflict", "closed": "closed", "throttled": "throttled"}.get(
+            exc.cause, "invalid"
+        )
+        raise AdmissionError(kind, exc.message) from exc  # type: ignore[arg-type]
+    return {"submission_id": admission.submission.pk}
+
+
+def _record(
+    row: JobState,
+    declared: Declared,
+    run: JobRun,
+    outcome: FrameOutcome,
+    started: int,
+    attempt: int,
+) -> str:
+    extension_id = declared.loaded.id
+    row.last_run_at = started
+    row.last_scheduled_for = run.scheduled_for
+    row.last_duration_ms = max(clock.now_ms() - started, 0)
+    if outcome.status == "ok":
+        row.runs += 1
+        row.last_outcome = Outcome.OK
+        row.last_error = ""
+        return "ok"
+    if outcome.status == "retry":
+        JobTrigger.objects.create(
+            job_id=row.pk,
+            actor="retry",
+            not_before=clock.now_ms() + math.ceil((outcome.retry_after or 1) * 1000),
+            scheduled_for=run.scheduled_for,
+            retry_attempt=attempt + 1,
+        )
+        return "retry"
+    if outcome.status == "skipped":
+        # stopped (or another revision) between the sweep and the frame: the instant is lost,
+        # so it is counted
+        row.missed_runs += 1
+        row.last_missed_at = run.scheduled_for
+        row.last_outcome = Outcome.SKIPPED
+        return "skipped"
+    reason = outcome.reason or (outcome.error.message if outcome.error else "failed")
+    reason = bounded_reason(reason, extension_id)
+    row.runs += 1
+    row.failures += 1
+    row.last_outcome = Outcome.FAILED
+    row.last_error = reason
+    job_failed_notify(
+        title=f"Job {declared.job.name} of {extension_id} failed",
+        body=reason,
+        job_id=row.pk,
+    )
+    return "failed"
+
+
+# --- manual trigger --------------------------------------------------------------------------
+
+
+def job_trigger(*, job_id: str, actor: str) -> JobTrigger:
+    """Staff run a job now (admin action, `POST /v1/jobs/{id}/trigger`). The run respects the
+    overlap rule: while the job runs, the trigger waits for it."""
+    declared = jobs_declared().get(job_id)
+    if declared is None:
+        raise HostError("store", "not_found", MSG_JOB_NOT_FOUND)
+    if not eligible_ids("timers", ids=[declared.loaded.id]):
+        raise HostError("contract", "conflict", MSG_EXTENSION_STOPPED)
+    jobs_ensure({job_id: declared})
+    with transaction.atomic(durable=True):
+        trigger = JobTrigger.objects.create(job_id=job_id, actor=actor, not_before=clock.now_ms())
+        audit_record(actor=actor, action="job_triggered", target=job_id)
+        from extensions_host.background import tasks
+
+        enqueue(lambda: tasks.run_job.delay(job_id))
+    return trigger
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+
+def jobs_list() -> list[dict[str, Any]]:
+    """Every declared job with its schedule, next/last run, outcome and missed runs."""
+    declared = jobs_declared()
+    states = JobState.objects.in_bulk(list(declared))
+    rows = []
+    for jid, item in sorted(declared.items()):
+        state = states.get(jid)
+        rows.append(
+            {
+                "id": jid,
+                "extension_id": item.loaded.id,
+                "name": item.job.name,
+                "schedule": item.job.schedule_text,
+                "action": item.job.action_kind,
+                "overlap": item.job.overlap,
+                "catch_up": item.job.catch_up,
+                "next_run_at": _at(state.next_run_at if state else None),
+                "last_run_at": _at(state.last_run_at if state else None),
+                "last_outcome": (state.last_outcome or None) if state else None,
+                "last_error": state.last_error if state else "",
+                "runs": state.runs if state else 0,
+                "failures": state.failures if state else 0,
+                "missed_runs": state.missed_runs if state else 0,
+                "last_missed_at": _at(state.last_missed_at if state else None),
+                "overlap_skips": state.overlap_skips if state else 0,
+            }
+        )
+    return rows
+
+
+def job_get(*, job_id: str) -> dict[str, Any]:
+    for row in jobs_list():
+        if row["id"] == job_id:
+            return row
+    raise HostError("store", "not_found", MSG_NOT_FOUND)
+
+
+def _at(ms: int | None) -> dt.datetime | None:
+    return None if ms is None else clock.from_ms(ms)

@@ -1,0 +1,312 @@
+"""Timers (grant `timers`, spec 03): `ctx.timers.set/cancel/read` and the fire sweep.
+
+- `set(key, due_at_ms)`: key 1..256 characters, `due_at_ms` a non-negative integer (epoch ms);
+  upsert per `(extension, key)`; writes only inside the extension's frame, reads anywhere.
+  At most `max_timers` (default 10,000) pending per extension, checked against a count taken
+  once per frame plus the frame's own inserts (a bounded overshoot, no hot counter row).
+- The sweep takes due timers (host clock) of running, timer-granted extensions, oldest first,
+  in pages of 64, `FOR UPDATE SKIP LOCKED` on PostgreSQL, and fires them as one group commit:
+  one outer transaction, a savepoint per timer (`run_page`). The claimed rows stay locked until
+  the page commits, so no other process can re-set, cancel or fire them meanwhile; the
+  deletions of the fired timers are batched into one statement at the end of the page and
+  commit together with the hooks' effects. A failing hook rolls back only its savepoint, its
+  extension's stop is written into the page, and its timer stays (it fires after resume).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+
+from core import clock
+from extensions_host import registry
+from extensions_host.background.models import Timer
+from extensions_host.background.services.common import eligible_ids, page_with_retries
+from extensions_host.background.services.wake import (
+    timer_wake_clear,
+    timer_wake_next,
+    timer_wake_request,
+)
+from extensions_host.runtime import (
+    FrameOutcome,
+    FramePage,
+    current_frame,
+    missing_handler_reason,
+    require_grant,
+    require_read,
+    require_write,
+    run_frame,
+)
+from extensions_host.runtime.context import store_call
+from extensions_host.sdk import ExtensionStop, StateError, TimerEvent
+from extensions_host.services.quotas import quota_limit
+from extensions_host.services.records import check_key
+
+if TYPE_CHECKING:
+    from extensions_host.runtime import Frame, HookContext
+
+PAGE = 64
+BIGINT_MAX = 2**63 - 1
+MSG_INSTANT_INVALID = "A timer instant must be a non-negative integer (epoch milliseconds)"
+
+# frame.scratch keys (per-frame bookkeeping of this capability)
+_KEYS = "timers.keys"  # keys this frame set or cancelled
+_COUNT = "timers.count"  # [committed count at first insert, this frame's delta]
+_WAKE = "timers.wake"  # earliest due_at this frame set
+
+
+# --- ctx.timers -----------------------------------------------------------------------------
+
+
+class TimerAccess:
+    """`ctx.timers`: `set(key, due_at_ms)` and `cancel(key)` in the extension's own frame,
+    `read(key)` anywhere in the extension."""
+
+    def __init__(self, ctx: HookContext) -> None:
+        self._ctx = ctx
+
+    def set(self, key: str, due_at_ms: int) -> None:
+        frame = require_write(self._ctx, capability="timers")
+        require_grant(self._ctx, "timers", frame)
+        check_key(key, "A timer key")
+        if (
+            isinstance(due_at_ms, bool)
+            or not isinstance(due_at_ms, int)
+            or not 0 <= due_at_ms <= BIGINT_MAX
+        ):
+            raise StateError("bound", MSG_INSTANT_INVALID)
+        with store_call(frame):
+            timer_set(frame=frame, key=key, due_at=due_at_ms)
+
+    def cancel(self, key: str) -> bool:
+        frame = require_write(self._ctx, capability="timers")
+        require_grant(self._ctx, "timers", frame)
+        check_key(key, "A timer key")
+        with store_call(frame):
+            return timer_cancel(frame=frame, key=key)
+
+    def read(self, key: str) -> int | None:
+        frame = require_read(self._ctx)
+        require_grant(self._ctx, "timers", frame)
+        check_key(key, "A timer key")
+        with store_call(frame):
+            return timer_read(extension_id=self._ctx.extension_id, key=key)
+
+
+def timer_set(*, frame: Frame, key: str, due_at: int) -> None:
+    """Upsert the timer inside the frame; a new key is checked against the quota."""
+    updated = Timer.objects.filter(extension_id=frame.extension_id, key=key).update(
+        due_at=due_at, fire_at=due_at, retry_attempt=0
+    )
+    if not updated:
+        _count_charge(frame, 1)
+        Timer.objects.create(
+            extension_id=frame.extension_id, key=key, due_at=due_at, fire_at=due_at
+        )
+    frame.scratch.setdefault(_KEYS, set()).add(key)
+    _wake_after_commit(frame, due_at)
+
+
+def timer_cancel(*, frame: Frame, key: str) -> bool:
+    deleted, _ = Timer.objects.filter(extension_id=frame.extension_id, key=key).delete()
+    frame.scratch.setdefault(_KEYS, set()).add(key)
+    if deleted:
+        _count_charge(frame, -1)
+    return bool(deleted)
+
+
+def timer_read(*, extension_id: str, key: str) -> int | None:
+    return (
+        Timer.objects.filter(extension_id=extension_id, key=key)
+        .values_list("due_at", flat=True)
+        .first()
+    )
+
+
+def _count_charge(frame: Frame, delta: int) -> None:
+    counted = frame.scratch.get(_COUNT)
+    if counted is None:
+        counted = frame.scratch[_COUNT] = [
+            Timer.objects.filter(extension_id=frame.extension_id).count(),
+            0,
+        ]
+    if delta > 0:
+        limit = quota_limit(overrides=frame.quotas, name="max_timers")
+        if counted[0] + counted[1] + delta > limit:
+            raise StateError("bound", f"Extension quota max_timers ({limit}) is exceeded")
+    counted[1] += delta
+
+
+def _wake_after_commit(frame: Frame, due_at: int) -> None:
+    """One wake request per frame, after commit, for the earliest instant it set (a rolled
+    back frame's callbacks are discarded with its savepoint)."""
+    earliest = frame.scratch.get(_WAKE)
+    if earliest is not None and earliest <= due_at:
+        return
+    first = earliest is None
+    frame.scratch[_WAKE] = due_at
+    if first:
+        transaction.on_commit(
+            lambda: timer_wake_request(at_ms=frame.scratch[_WAKE]),
+            robust=True,
+        )
+
+
+# --- the fire sweep --------------------------------------------------------------------------
+
+
+@dataclass
+class PageResult:
+    claimed: int = 0
+    fired: int = 0
+    retried: int = 0
+    stopped: int = 0
+    skipped: int = 0
+    stopped_ids: set[str] = field(default_factory=set)
+
+    @property
+    def progressed(self) -> int:
+        return self.fired + self.retried + self.stopped
+
+
+def timers_fire_due(*, wake_at: int | None = None, budget_s: float | None = None) -> bool:
+    """Fire due timers page after page for up to `budget_s` seconds. Returns True when more
+    are due (the task re-enqueues itself); when none are, claims the next precise wake."""
+    if wake_at is not None:
+        timer_wake_clear(instant=wake_at)
+    budget = settings.HOST_SWEEP_BUDGET_SECONDS if budget_s is None else budget_s
+    ends = time.monotonic() + budget
+    while True:
+        result = timers_fire_page()
+        more = result.claimed == PAGE and result.progressed > 0
+        if not more:
+            break
+        if time.monotonic() >= ends:
+            return True
+    timer_wake_next()
+    return False
+
+
+def timers_fire_page(*, limit: int = PAGE) -> PageResult:
+    """Claim and fire one page of due timers in one group commit (see the module docstring)."""
+    ids = eligible_ids("timers")
+    if not ids:
+        return PageResult()
+    return page_with_retries(lambda page: _fire_page(page, ids, limit))
+
+
+def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
+    now = clock.now_ms()
+    claimed = list(
+        Timer.objects.select_for_update(skip_locked=True)
+        .filter(extension_id__in=ids, fire_at__lte=now)
+        .order_by("fire_at", "id")
+        .values_list("id", "extension_id", "key", "due_at", "retry_attempt")[:limit]
+    )
+    result = PageResult(claimed=len(claimed))
+    delete_ids: list[int] = []
+    touched: set[tuple[str, str]] = set()  # keys an earlier frame of this page set or cancelled
+    for timer_id, extension_id, key, due_at, attempt in claimed:
+        if extension_id in page.stopped:
+            result.skipped += 1
+            continue
+        if (extension_id, key) in touched and not Timer.objects.filter(
+            pk=timer_id, due_at=due_at
+        ).exists():
+            result.skipped += 1  # re-set or cancelled by an earlier frame of this page
+            continue
+        outcome, keys = _fire_one(page, extension_id, key, due_at, attempt)
+        if outcome.status == "ok":
+            result.fired += 1
+            touched.update((extension_id, k) for k in keys)
+            if key not in keys:
+                delete_ids.append(timer_id)
+            # else the hook re-set or cancelled its own timer: that is now its state
+        elif outcome.status == "retry":
+            result.retried += 1
+            delay_ms = math.ceil((outcome.retry_after or 1) * 1000)
+            Timer.objects.filter(pk=timer_id, due_at=due_at).update(
+                fire_at=clock.now_ms() + delay_ms, retry_attempt=F("retry_attempt") + 1
+            )
+        elif outcome.status == "stopped":
+            result.stopped += 1
+            result.stopped_ids.add(extension_id)
+        else:
+            result.skipped += 1
+    if delete_ids:
+        Timer.objects.filter(pk__in=delete_ids).delete()
+    return result
+
+
+def _fire_one(
+    page: FramePage, extension_id: str, key: str, due_at: int, attempt: int
+) -> tuple[FrameOutcome, set[str]]:
+    loaded = registry.get(extension_id)
+    hook = loaded.definition.hooks.single.get("on_timer") if loaded is not None else None
+    keys: set[str] = set()
+
+    def call(ctx: HookContext) -> Any:
+        if hook is None:
+            raise ExtensionStop(missing_handler_reason("timers"))
+        frame = current_frame()
+        try:
+            return hook(ctx, TimerEvent(key=key, due_at=due_at, fired_at=clock.now_ms()))
+        finally:
+            if frame is not None:
+                keys.update(frame.scratch.get(_KEYS, ()))
+
+    outcome = run_frame(
+        extension_id=extension_id,
+        hook="on_timer",
+        call=call,
+        boundary="worker",
+        page=page,
+        retry_attempt=attempt,
+    )
+    return outcome, keys
+
+
+# --- reads ------------------------------------------------------------------------------------
+
+
+def timers_summary(*, extension_id: str) -> dict[str, Any]:
+    """Pending and due timers of one extension and the age of the oldest due one (the roster
+    detail and the admin)."""
+    now = clock.now_ms()
+    rows = Timer.objects.filter(extension_id=extension_id)
+    oldest = rows.filter(fire_at__lte=now).order_by("fire_at").values_list("fire_at", flat=True)
+    first_due = oldest.first()
+    return {
+        "pending": rows.count(),
+        "due": rows.filter(fire_at__lte=now).count(),
+        "oldest_due_age_ms": None if first_due is None else now - first_due,
+        "max_timers": quota_limit(
+            overrides=_quotas(extension_id),
+            name="max_timers",
+        ),
+    }
+
+
+def _quotas(extension_id: str) -> dict[str, int]:
+    from extensions_host.models import RosterEntry
+
+    return (
+        RosterEntry.objects.filter(pk=extension_id).values_list("quotas", flat=True).first() or {}
+    )
+
+
+def timers_backlog() -> dict[str, Any]:
+    """Host-wide due-timer backlog and the age of the oldest due timer (meta, metrics)."""
+    now = clock.now_ms()
+    due = Timer.objects.filter(fire_at__lte=now)
+    oldest = due.order_by("fire_at").values_list("fire_at", flat=True).first()
+    return {
+        "due": due.count(),
+        "oldest_due_age_ms": None if oldest is None else now - oldest,
+    }

@@ -1,0 +1,92 @@
+"""Precise timer wakes: one coalesced "next wake" instant shared by every process.
+
+Beat sweeps timers every tick; on top of that, when a committed change moves the earliest due
+timer earlier and it lies within the horizon (`HOST_WAKE_HORIZON_SECONDS`, always below the
+broker's visibility timeout), exactly one `fire_timers` task is scheduled for that instant with
+Celery `eta`. The instant lives in one database row (`Mark "timer_wake"`), claimed by
+compare-and-set, so many processes setting timers at once schedule one task, not one each.
+
+A wake task clears the mark when it starts (so changes from then on may claim it again), runs
+the sweep, then claims the wake for the next earliest timer. Duplicate or stale wakes are
+harmless: the sweep is idempotent. A mark whose instant passed long ago without being cleared
+belongs to a lost task and may be replaced.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import Q
+
+from core import clock
+from extensions_host.background.models import Mark, Timer
+from extensions_host.background.services.common import eligible_ids, enqueue
+
+WAKE = "timer_wake"
+# a wake instant this far in the past that was never cleared: its task was lost
+LOST_WAKE_MS = 10_000
+
+
+def horizon_ms() -> int:
+    return int(settings.HOST_WAKE_HORIZON_SECONDS * 1000)
+
+
+def timer_next_fire_at(*, ids: list[str] | None = None) -> int | None:
+    """The earliest `fire_at` among timers of extensions whose timers may fire (running,
+    granted, loaded here): stopped or ungranted extensions do not count for the wake."""
+    ids = eligible_ids("timers") if ids is None else ids
+    if not ids:
+        return None
+    return (
+        Timer.objects.filter(extension_id__in=ids)
+        .order_by("fire_at", "id")
+        .values_list("fire_at", flat=True)
+        .first()
+    )
+
+
+def timer_wake_request(*, at_ms: int) -> bool:
+    """Schedule the one wake task for `at_ms` if it is within the horizon and earlier than the
+    wake already scheduled (or none is). Returns True when this call scheduled it."""
+    now = clock.now_ms()
+    if at_ms - now > horizon_ms():
+        return False  # far timers rely on the beat sweep
+    target = max(at_ms, now)
+    claimable = Mark.objects.filter(name=WAKE).filter(
+        Q(value__isnull=True) | Q(value__gt=target) | Q(value__lt=now - LOST_WAKE_MS)
+    )
+    claimed = claimable.update(value=target)
+    if not claimed and not Mark.objects.filter(name=WAKE).exists():
+        # first use (or a flushed database): create the slot, then claim it
+        Mark.objects.bulk_create([Mark(name=WAKE, value=None)], ignore_conflicts=True)
+        claimed = claimable.update(value=target)
+    if not claimed:
+        return False
+    from extensions_host.background import tasks
+
+    enqueue(
+        lambda: tasks.fire_timers.apply_async(kwargs={"wake_at": target}, eta=clock.from_ms(target))
+    )
+    return True
+
+
+def timer_wake_clear(*, instant: int) -> None:
+    """A wake task started: the slot is free again (only if nobody replaced it)."""
+    Mark.objects.filter(name=WAKE, value=instant).update(value=None)
+
+
+def timer_wake_next() -> bool:
+    """After a sweep: claim the wake for the next earliest timer."""
+    next_at = timer_next_fire_at()
+    return next_at is not None and timer_wake_request(at_ms=next_at)
+
+
+def timer_wake_for_extension(extension_id: str) -> bool:
+    """After a resume (or an admission): the extension's timers count again; wake for the
+    earliest of them if it is within the horizon."""
+    next_at = timer_next_fire_at(ids=eligible_ids("timers", ids=[extension_id]))
+    return next_at is not None and timer_wake_request(at_ms=next_at)
+
+
+def timer_wake_mark() -> int | None:
+    """The instant the coalesced wake is scheduled for (None: no wake pending)."""
+    return Mark.objects.filter(name=WAKE).values_list("value", flat=True).first()

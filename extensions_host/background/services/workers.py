@@ -1,0 +1,230 @@
+"""Idle workers (grant `lifecycle`, spec 03).
+
+A lifecycle event of a kind in a worker's `wake_on` sets the worker's one pending wake (last
+wins) in the delivering frame and, after commit, enqueues a run. A run claims the worker row
+(compare-and-set on a token with a lease, so one run at a time across the cluster), takes the
+pending wake, and calls `run(ctx, wake)` **outside** any transaction (it may call slow
+services; it writes through `ctx.transact`, whose defects stop the extension as in any frame).
+A run that raises or overruns its deadline is recorded as failed and notified as `job.failed`,
+not retried in a loop and not a stop by itself. A wake that arrived during the run is taken by
+the next run, enqueued when this one finishes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+import uuid
+from typing import Any
+
+from django.db import transaction
+
+from core import clock
+from extensions_host import registry
+from extensions_host.background.declarations import Worker, WorkerWake, workers_of
+from extensions_host.background.models import Outcome, WorkerState
+from extensions_host.background.services.common import eligible_ids, enqueue
+from extensions_host.background.services.notifications import job_failed_notify
+from extensions_host.runtime import deadlines as runtime_deadlines
+from extensions_host.runtime import detached_context
+from extensions_host.runtime.current import Frame, HookDeadline
+from extensions_host.runtime.stops import bounded_reason
+from extensions_host.runtime.transient import with_transient_retries
+from extensions_host.sdk import ExtensionStop
+
+# a run whose process died is given up (and the worker runnable again) this long after its
+# deadline
+LEASE_GRACE_MS = 60_000
+
+
+def worker_id(extension_id: str, name: str) -> str:
+    return f"ext:{extension_id}:worker:{name}"
+
+
+def worker_wake(*, extension_id: str, name: str, wake: WorkerWake) -> None:
+    """Set the worker's pending wake (last wins) in the caller's transaction and enqueue a run
+    after commit."""
+    value = dataclasses.asdict(wake)
+    updated = WorkerState.objects.filter(extension_id=extension_id, name=name).update(
+        pending_wake=value
+    )
+    if not updated:
+        WorkerState.objects.bulk_create(
+            [WorkerState(extension_id=extension_id, name=name)], ignore_conflicts=True
+        )
+        WorkerState.objects.filter(extension_id=extension_id, name=name).update(pending_wake=value)
+    from extensions_host.background import tasks
+
+    enqueue(lambda: tasks.run_worker.delay(extension_id, name))
+
+
+def _declared(extension_id: str, name: str) -> tuple[Any, Worker] | None:
+    loaded = registry.get(extension_id)
+    if loaded is None:
+        return None
+    for worker in workers_of(loaded.definition):
+        if worker.name == name:
+            return loaded, worker
+    return None
+
+
+def worker_run(*, extension_id: str, name: str) -> str:
+    """Run the worker once if it has a pending wake and no run in flight. Returns what
+    happened: `ok`, `failed`, `busy` (another run is in flight), `idle` (no wake), `skipped`
+    (extension not running or worker not declared here)."""
+    declared = _declared(extension_id, name)
+    if declared is None or not eligible_ids("lifecycle", ids=[extension_id]):
+        return "skipped"  # a stopped extension's pending wake waits for its resume
+    loaded, worker = declared
+    limit = min(
+        worker.deadline_s or runtime_deadlines.default_deadline("worker"),
+        runtime_deadlines.MAX_DEADLINE_SECONDS,
+    )
+    token = uuid.uuid4().hex
+    wake = _claim(extension_id, name, token, limit)
+    if isinstance(wake, str):
+        return wake
+    started_ms = clock.now_ms()
+    error = _invoke(loaded, worker, wake, limit)
+    elapsed_ms = clock.now_ms() - started_ms
+    again = _finish(extension_id, name, token, started_ms, elapsed_ms, error)
+    if again:
+        from extensions_host.background import tasks
+
+        enqueue(lambda: tasks.run_worker.delay(extension_id, name))
+    return "ok" if error is None else "failed"
+
+
+def _claim(extension_id: str, name: str, token: str, limit: float) -> WorkerWake | str:
+    def step() -> WorkerWake | str:
+        now = clock.now_ms()
+        with transaction.atomic(durable=True):
+            row = (
+                WorkerState.objects.select_for_update()
+                .filter(extension_id=extension_id, name=name)
+                .first()
+            )
+            if row is None or row.pending_wake is None:
+                return "idle"
+            if row.running_token and (row.running_until or 0) > now:
+                return "busy"  # the run in flight takes this wake when it finishes
+            wake = WorkerWake(**row.pending_wake)
+            row.pending_wake = None
+            row.running_token = token
+            row.running_since = now
+            row.running_until = now + int(limit * 1000) + LEASE_GRACE_MS
+            row.save(
+                update_fields=["pending_wake", "running_token", "running_since", "running_until"]
+            )
+            return wake
+
+    return with_transient_retries(step)
+
+
+def _invoke(loaded: Any, worker: Worker, wake: WorkerWake, limit: float) -> str | None:
+    """Call `run(ctx, wake)` outside any transaction; returns the failure reason or None."""
+    hook = f"worker {worker.name}"
+    ctx = detached_context(extension_id=loaded.id, hook=hook)
+    if ctx is None:
+        return f"{hook}: extension is not installed here"
+    grants = ctx.grants
+    # only arms the deadline alarm; never made current (the run is outside any frame)
+    alarm_frame = Frame(
+        extension_id=loaded.id,
+        revision=loaded.revision,
+        hook=hook,
+        mode="read",
+        grants=grants,
+        quotas={},
+        deadline_s=limit,
+    )
+    started = time.monotonic()
+    try:
+        with runtime_deadlines.alarm(alarm_frame, limit):
+            result = worker.run(ctx, wake)
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()
+            return f"{hook} crossed an asynchronous boundary"
+    except HookDeadline:
+        return f"{hook} exceeded its deadline"
+    except ExtensionStop as exc:
+        return f"{hook}: {exc.reason}"
+    except Exception as exc:
+        if type(exc).__name__ == "SoftTimeLimitExceeded":  # Celery's backstop
+            return f"{hook} exceeded its deadline"
+        return f"{hook} defect: {exc or type(exc).__name__}"
+    finally:
+        alarm_frame.open = False
+    if time.monotonic() - started > limit:
+        return f"{hook} exceeded its deadline"
+    return None
+
+
+def _finish(
+    extension_id: str,
+    name: str,
+    token: str,
+    started_ms: int,
+    elapsed_ms: int,
+    error: str | None,
+) -> bool:
+    reason = bounded_reason(error, extension_id) if error is not None else ""
+
+    def step() -> bool:
+        with transaction.atomic(durable=True):
+            row = (
+                WorkerState.objects.select_for_update()
+                .filter(extension_id=extension_id, name=name)
+                .first()
+            )
+            if row is None:
+                return False
+            if row.running_token == token:
+                row.running_token = ""
+                row.running_since = None
+                row.running_until = None
+            row.runs += 1
+            row.last_run_at = started_ms
+            row.last_duration_ms = max(elapsed_ms, 0)
+            row.last_outcome = Outcome.FAILED if error else Outcome.OK
+            row.last_error = reason
+            row.save()
+            if error:
+                job_failed_notify(
+                    title=f"Worker {name} of {extension_id} failed",
+                    body=reason,
+                    job_id=worker_id(extension_id, name),
+                )
+            return row.pending_wake is not None
+
+    return with_transient_retries(step)
+
+
+def workers_summary() -> list[dict[str, Any]]:
+    """Every declared worker with its last run and outcome (for `GET /v1/meta`)."""
+    states = {(s.extension_id, s.name): s for s in WorkerState.objects.all()}
+    result = []
+    for extension_id, loaded in registry.loaded().items():
+        for worker in workers_of(loaded.definition):
+            state = states.get((extension_id, worker.name))
+            now = clock.now_ms()
+            result.append(
+                {
+                    "id": worker_id(extension_id, worker.name),
+                    "extension_id": extension_id,
+                    "name": worker.name,
+                    "wake_on": list(worker.wake_on),
+                    "running": bool(
+                        state and state.running_token and (state.running_until or 0) > now
+                    ),
+                    "pending_wake": state.pending_wake if state else None,
+                    "runs": state.runs if state else 0,
+                    "last_run_at": state.last_run_at if state else None,
+                    "last_outcome": (state.last_outcome or None) if state else None,
+                    "last_error": state.last_error if state else "",
+                }
+            )
+    return result

@@ -1,0 +1,94 @@
+"""Registrations into hook points other apps expose (called once from `AppConfig.ready`).
+
+- `ctx.timers` on every hook context (`extensions_host.runtime.register_capability`);
+- `settled` and `timers` sections of `GET /v1/extensions/{id}` (`selectors.detail_sections`);
+- after a resume: a timer wake, settled replay, lifecycle replay, pending worker wakes
+  (`services.roster.resume_listeners`);
+- after an outbox event commits: the lifecycle fan-out (`post_save` of `LifecycleEvent`: core
+  cannot import this app, so the trigger is a signal that only schedules an after-commit kick);
+- Celery's `worker_shutdown`: the extensions' `shutdown` hooks (direct, best-effort).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extensions_host.background.services.common import logger
+
+
+def connect() -> None:
+    from celery.signals import worker_shutdown
+    from django.db.models.signals import post_save
+
+    from core.models import LifecycleEvent
+    from extensions_host import selectors
+    from extensions_host.background.services.timers import TimerAccess
+    from extensions_host.runtime import register_capability
+    from extensions_host.services import roster
+
+    register_capability("timers", TimerAccess)
+    selectors.detail_sections["settled"] = _settled_section
+    selectors.detail_sections["timers"] = _timers_section
+    if on_resume not in roster.resume_listeners:
+        roster.resume_listeners.append(on_resume)
+    post_save.connect(_outbox_saved, sender=LifecycleEvent, dispatch_uid="background-outbox")
+    worker_shutdown.connect(_worker_shutdown, dispatch_uid="background-shutdown", weak=False)
+
+
+def _settled_section(row: Any) -> dict[str, Any] | None:
+    from extensions_host.background.services.settled import settled_lag
+
+    if "settled" not in (row.admitted_grants or []):
+        return None
+    return settled_lag(extension_id=row.id)
+
+
+def _timers_section(row: Any) -> dict[str, Any] | None:
+    from extensions_host.background.services.timers import timers_summary
+
+    if "timers" not in (row.admitted_grants or []):
+        return None
+    return timers_summary(extension_id=row.id)
+
+
+def on_resume(extension_id: str) -> None:
+    """After a resume commits: the extension's timers count for the wake again, and its
+    settled runs, lifecycle events and worker wakes are replayed from where it stopped."""
+    from extensions_host.background import tasks
+    from extensions_host.background.models import WorkerState
+    from extensions_host.background.services.common import enqueue
+    from extensions_host.background.services.lifecycle import lifecycle_kick
+    from extensions_host.background.services.settled import settled_notify_extension
+    from extensions_host.background.services.wake import timer_wake_for_extension
+
+    steps = (
+        lambda: timer_wake_for_extension(extension_id),
+        lambda: settled_notify_extension(extension_id),
+        lambda: lifecycle_kick([extension_id]),
+        lambda: [
+            enqueue(lambda n=name: tasks.run_worker.delay(extension_id, n))
+            for name in WorkerState.objects.filter(
+                extension_id=extension_id, pending_wake__isnull=False
+            ).values_list("name", flat=True)
+        ],
+    )
+    for step in steps:
+        try:
+            step()
+        except Exception:  # the resume has committed; beat replays within a tick anyway
+            logger.exception("after-resume background step failed for %s", extension_id)
+
+
+def _outbox_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    from extensions_host.background.services.lifecycle import on_outbox_event
+
+    on_outbox_event(created)
+
+
+def _worker_shutdown(**kwargs: Any) -> None:
+    from extensions_host.background.services.shutdown import lifecycle_shutdown_all
+
+    try:
+        lifecycle_shutdown_all()
+    except Exception:  # best-effort by definition: never block the worker's exit
+        logger.exception("extension shutdown hooks failed")

@@ -1,0 +1,104 @@
+"""Thin Celery tasks of background work: each calls one service (beat entries in
+`config/celery.py`).
+
+All are `acks_late` (a task whose worker died is redelivered), idempotent (row locks, cursors
+and ledgers make a second run a no-op) and time-limited (soft limit above the work budget plus
+one page's time limit). Sweeps are bounded per call and re-enqueue themselves while work
+remains, so a backlog drains at full speed and no call runs past its limit.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import transaction
+
+from extensions_host.background.services import (
+    idle,
+    jobs,
+    lifecycle,
+    settled,
+    timers,
+    workers,
+)
+
+# a call works for HOST_SWEEP_BUDGET_SECONDS (default 5) plus at most one page (≤ 30 s)
+SWEEP_LIMITS = {"soft_time_limit": 50, "time_limit": 60}
+
+
+def _again(send: object) -> None:
+    transaction.on_commit(send, robust=True)  # type: ignore[arg-type]
+
+
+@shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
+def fire_timers(wake_at: int | None = None) -> None:
+    """Fire due timers (beat every tick, and the precise wake's `eta` task with `wake_at`)."""
+    if timers.timers_fire_due(wake_at=wake_at):
+        _again(fire_timers.delay)
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
+def settled_sweep() -> None:
+    """Beat's safety net: one delivery task per consumer that is behind."""
+    settled.settled_sweep()
+
+
+@shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
+def deliver_settled(extension_id: str) -> None:
+    """Deliver settled runs to one consumer."""
+    if settled.settled_deliver_all(extension_id=extension_id):
+        _again(lambda: deliver_settled.delay(extension_id))
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
+def lifecycle_sweep() -> None:
+    """Beat's safety net for the outbox: fan out, and kick extensions with deliverable
+    events."""
+    lifecycle.lifecycle_sweep()
+
+
+@shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
+def lifecycle_fanout() -> None:
+    """Fan outbox events out into per-extension deliveries."""
+    if lifecycle.lifecycle_fanout_all():
+        _again(lifecycle_fanout.delay)
+
+
+@shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
+def deliver_lifecycle(extension_id: str) -> None:
+    """Deliver one extension's lifecycle events."""
+    if lifecycle.lifecycle_deliver_all(extension_id=extension_id):
+        _again(lambda: deliver_lifecycle.delay(extension_id))
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=320, time_limit=340)
+def run_worker(extension_id: str, name: str) -> None:
+    """One run of an idle worker (its own deadline ≤ 300 s bounds it)."""
+    workers.worker_run(extension_id=extension_id, name=name)
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=320, time_limit=340)
+def run_jobs() -> None:
+    """Run due jobs (beat every tick)."""
+    if jobs.jobs_run_due():
+        _again(run_jobs.delay)
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=320, time_limit=340)
+def run_job(job_id: str) -> None:
+    """Run one job now if due or triggered (manual trigger)."""
+    jobs.job_run(job_id=job_id)
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=50, time_limit=60)
+def detect_idle() -> None:
+    """Emit `conversation_idle` for conversations idle past IDLE_AFTER_SECONDS."""
+    _, more = idle.conversations_detect_idle()
+    if more:
+        _again(detect_idle.delay)
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=60, time_limit=90)
+def background_prune() -> None:
+    """Hourly: delete outbox events delivered to every subscriber more than an hour ago."""
+    if lifecycle.lifecycle_prune() >= 1000:
+        _again(background_prune.delay)

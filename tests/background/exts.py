@@ -1,0 +1,68 @@
+"""Test extensions for background work, built by functions so a test can vary hooks and grants.
+(Extensions that real worker processes load live in `tests/background/worker_exts.py`.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from extensions_host.sdk import Collection, Document, Extension
+
+GRANTS = {"state", "timers", "settled", "lifecycle", "send"}
+
+
+class Effect(BaseModel):
+    key: str
+    n: int = 0
+    data: Any = None
+
+
+class Pad(BaseModel):
+    text: str = ""
+
+
+def make_ext(
+    ext_id: str = "alpha",
+    *,
+    grants: set[str] | None = None,
+    on_timer: Callable[..., Any] | None = None,
+    on_settled: Callable[..., Any] | None = None,
+    lifecycle: dict[str, Callable[..., Any]] | None = None,
+    shutdown: Callable[..., Any] | None = None,
+    version: str = "1.0.0",
+    **extra: Any,
+) -> Extension:
+    """An extension with an `effect` collection and a `pad` document."""
+    ext = Extension(
+        id=ext_id,
+        version=version,
+        grants=GRANTS if grants is None else grants,
+        collections={"effect": Collection(Effect, key=lambda e: e.key)},
+        documents={"pad": Document(Pad)},
+        **extra,
+    )
+    if on_timer is not None:
+        ext.on_timer(on_timer)
+    if on_settled is not None:
+        ext.on_settled(on_settled)
+    for kind, handler in (lifecycle or {}).items():
+        ext.on_lifecycle(kind)(handler)
+    if shutdown is not None:
+        ext.shutdown(shutdown)
+    return ext
+
+
+def record_timer(ctx: Any, timer: Any) -> None:
+    """An on_timer hook writing one effect per firing: key = timer key, data = the event."""
+    ctx.collection("effect").put(
+        Effect(key=timer.key, n=timer.due_at, data=[timer.due_at, timer.fired_at])
+    )
+
+
+def effects(extension_id: str) -> dict[str, Effect]:
+    from extensions_host.models import ExtensionRecord
+
+    rows = ExtensionRecord.objects.filter(extension_id=extension_id, collection="effect")
+    return {row.key: Effect.model_validate_json(row.value) for row in rows}

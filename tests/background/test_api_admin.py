@@ -1,0 +1,104 @@
+"""What staff and clients see: cursor, lag and timers in the roster detail; the admin pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extensions_host.background.declarations import Job, add_job
+from extensions_host.background.models import JobTrigger
+from extensions_host.background.services.jobs import jobs_run_due
+from extensions_host.background.services.settled import settled_cursor_initialise
+
+from .conftest import in_frame, settle_runs
+from .exts import make_ext
+
+
+def test_the_extension_detail_shows_settled_cursor_and_lag_and_timers_due(
+    install, api, owner, conversation, fake_clock
+):
+    install(make_ext("alpha", on_settled=lambda ctx, runs: None))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    settle_runs("c1", 3)
+    now = fake_clock.now_ms()
+    in_frame(
+        "alpha", lambda ctx: [ctx.timers.set("due", now - 500), ctx.timers.set("later", now + 1)]
+    )
+
+    body = api(owner).get("/v1/extensions/alpha").json()
+
+    assert body["settled"]["lag"] == 3
+    assert body["settled"]["cursor"] + 3 == body["settled"]["core_cursor"]
+    assert body["timers"] == {
+        "pending": 2,
+        "due": 1,
+        "oldest_due_age_ms": 500,
+        "max_timers": 10_000,
+    }
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["timer", "settledcursor", "lifecycledelivery", "workerstate", "jobstate"],
+)
+def test_the_admin_lists_background_state(client: Any, staff: Any, install, model: str):
+    install(make_ext("alpha"))
+    client.force_login(staff)
+
+    assert client.get(f"/admin/ext_background/{model}/").status_code == 200
+
+
+def test_staff_can_trigger_a_job_from_the_admin(client: Any, staff: Any, install, sent):
+    ext = make_ext("alpha")
+    add_job(ext, Job("tick", every_seconds=60, action=lambda ctx, run: None))
+    install(ext)
+    jobs_run_due()
+    client.force_login(staff)
+
+    response = client.post(
+        "/admin/ext_background/jobstate/",
+        {"action": "trigger_selected", "_selected_action": ["ext:alpha:tick"]},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    assert JobTrigger.objects.filter(job_id="ext:alpha:tick", actor="staff").exists()
+
+
+def test_purging_removes_an_extensions_background_state(install, conversation, sent):
+    from core.services import lifecycle_record
+    from extensions_host.background.models import LifecycleDelivery, SettledCursor, Timer
+    from extensions_host.background.services.lifecycle import lifecycle_fanout
+    from extensions_host.background.services.purge import extension_background_purge
+
+    install(make_ext("alpha", lifecycle={"conversation_created": lambda ctx, event: None}))
+    settled_cursor_initialise(extension_id="alpha")
+    in_frame("alpha", lambda ctx: ctx.timers.set("k", 1))
+    lifecycle_record(kind="conversation_created", conversation_id="c", payload={})
+    lifecycle_fanout()
+
+    removed = extension_background_purge(extension_id="alpha")
+
+    assert removed["timers"] == 1 and removed["lifecycle_deliveries"] == 1
+    assert not Timer.objects.exists()
+    assert not SettledCursor.objects.exists()
+    assert not LifecycleDelivery.objects.exists()
+
+
+def test_meta_figures_give_consumer_lag_and_the_due_timer_backlog(
+    install, conversation, fake_clock
+):
+    from extensions_host.background.services.settled import settled_consumers
+    from extensions_host.background.services.timers import timers_backlog
+
+    install(make_ext("alpha", on_settled=lambda ctx, runs: None))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    settle_runs("c1", 2)
+    now = fake_clock.now_ms()
+    in_frame("alpha", lambda ctx: [ctx.timers.set("a", now - 900), ctx.timers.set("b", now - 5)])
+
+    assert [(c["extension_id"], c["lag"]) for c in settled_consumers()] == [("alpha", 2)]
+    assert timers_backlog() == {"due": 2, "oldest_due_age_ms": 900}

@@ -1,0 +1,303 @@
+"""Jobs: schedules, stopped extensions, missed runs and catch-up, overlap, manual trigger,
+failures, prompt actions, retries, the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conversations.models import Submission
+from extensions_host.background.declarations import Job, JobRun, PromptAction, add_job
+from extensions_host.background.models import JobState, JobTrigger
+from extensions_host.background.services.jobs import (
+    instants_between,
+    job_run,
+    jobs_list,
+    jobs_run_due,
+    next_after,
+)
+from extensions_host.contributions.models import Notification
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.sdk import CommandError, DefinitionError, Retry
+
+from .conftest import resume, roster
+from .exts import Effect, make_ext
+
+JOB = "ext:alpha:tick"
+
+
+class Runs:
+    def __init__(self, clock: Any = None, *, advance_ms: int = 0) -> None:
+        self.runs: list[JobRun] = []
+        self.fail: BaseException | None = None
+        self.clock = clock
+        self.advance_ms = advance_ms
+
+    def __call__(self, ctx: Any, run: JobRun) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.runs.append(run)
+        ctx.collection("effect").put(Effect(key=str(run.scheduled_for)))
+        if self.advance_ms:
+            self.clock.advance(ms=self.advance_ms)  # a run that takes this long
+
+    @property
+    def instants(self) -> list[int]:
+        return [run.scheduled_for for run in self.runs]
+
+
+def job_ext(action: Any, *, grants: set[str] | None = None, **job: Any):
+    ext = make_ext("alpha", grants=grants)
+    job.setdefault("every_seconds", 10)
+    add_job(ext, Job("tick", action=action, **job))
+    return ext
+
+
+def state() -> JobState:
+    return JobState.objects.get(pk=JOB)
+
+
+def test_an_every_seconds_job_runs_once_per_instant(install, fake_clock, sent):
+    runs = Runs()
+    install(job_ext(runs))
+    jobs_run_due()  # declares it: its first run is the next instant, not now
+    first = state().next_run_at
+    assert first == next_after(Job("x", action=runs, every_seconds=10), fake_clock.now_ms())
+
+    fake_clock.set(first)
+    jobs_run_due()
+    jobs_run_due()  # the same instant again: nothing
+    fake_clock.set(first + 10_000)
+    jobs_run_due()
+
+    assert runs.instants == [first, first + 10_000]
+    assert state().next_run_at == first + 20_000
+    assert state().runs == 2
+
+
+def test_cron_schedules_use_croniter_in_utc(fake_clock):
+    job = Job("c", action=lambda ctx, run: None, schedule="*/5 * * * *")
+    start = fake_clock.now_ms()  # 2026-01-01T00:00:00Z
+
+    assert next_after(job, start) == start + 5 * 60_000
+    assert instants_between(job, start, start + 30 * 60_000) == (
+        7,
+        start,
+        start + 30 * 60_000,
+    )
+
+
+def test_a_job_of_a_stopped_extension_does_not_run_and_its_missed_runs_are_counted(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
+    runs = Runs()
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+
+    fake_clock.set(first + 45_000)  # instants first, +10, +20, +30, +40 pass while stopped
+    jobs_run_due()
+    assert runs.runs == []
+    assert state().next_run_at == first  # never moved forward silently
+
+    resume("alpha")
+    jobs_run_due()
+
+    assert runs.runs == []  # catch_up="skip": counted, not run
+    assert (state().missed_runs, state().last_missed_at) == (5, first + 40_000)
+    assert state().next_run_at == first + 50_000
+    assert jobs_list()[0]["missed_runs"] == 5
+
+
+def test_catch_up_once_runs_a_single_catch_up_run(install, fake_clock, sent, settings):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
+    runs = Runs()
+    install(job_ext(runs, catch_up="once"))
+    jobs_run_due()
+    first = state().next_run_at
+
+    fake_clock.set(first + 45_000)
+    jobs_run_due()
+    jobs_run_due()
+
+    assert runs.instants == [first + 40_000]
+    assert runs.runs[0].missed_runs == 5
+    assert state().missed_runs == 5
+
+
+def test_skip_overlap_counts_instants_that_came_due_during_the_run_and_does_not_run_them(
+    install, fake_clock, sent
+):
+    runs = Runs(fake_clock, advance_ms=25_000)  # each run takes 25 s; the period is 10 s
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+
+    fake_clock.set(first)
+    jobs_run_due()
+    jobs_run_due()
+
+    assert runs.instants == [first]
+    assert state().overlap_skips == 2
+    assert state().next_run_at == first + 30_000
+
+
+def test_buffer_one_runs_once_right_after_an_overlapping_run(install, fake_clock, sent):
+    runs = Runs(fake_clock, advance_ms=25_000)
+    install(job_ext(runs, overlap="buffer_one"))
+    jobs_run_due()
+    first = state().next_run_at
+
+    fake_clock.set(first)
+    jobs_run_due()
+    runs.advance_ms = 0
+    jobs_run_due()
+
+    assert runs.instants == [first, first + 20_000]
+    assert state().overlap_skips == 1
+
+
+def test_a_manual_trigger_runs_the_job_now(install, fake_clock, sent, api, staff):
+    runs = Runs()
+    install(job_ext(runs))
+
+    response = api(staff).post(f"/v1/jobs/{JOB}/trigger")
+
+    assert response.status_code == 202, response.content
+    assert response.json() == {"job_id": JOB, "queued": True}
+    assert JobTrigger.objects.filter(job_id=JOB, actor="staff").exists()
+    assert job_run(job_id=JOB) == "ok"
+    assert runs.runs[0].manual is True
+    assert not JobTrigger.objects.exists()
+    assert job_run(job_id=JOB) == "idle"
+
+
+def test_manual_trigger_needs_an_admin_a_known_job_and_a_running_extension(
+    install, sent, api, owner, staff
+):
+    install(job_ext(Runs()))
+
+    assert api(owner).post(f"/v1/jobs/{JOB}/trigger").status_code == 403
+    missing = api(staff).post("/v1/jobs/ext:alpha:nope/trigger")
+    assert (missing.status_code, missing.json()["error"]["cause"]) == (404, "not_found")
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED)
+    stopped = api(staff).post(f"/v1/jobs/{JOB}/trigger")
+    assert (stopped.status_code, stopped.json()["error"]["message"]) == (
+        409,
+        "Extension is not running",
+    )
+
+
+def test_the_jobs_list_shows_schedule_next_and_last_run_and_outcome(
+    install, fake_clock, sent, api, owner
+):
+    install(job_ext(Runs()))
+    jobs_run_due()
+    fake_clock.set(state().next_run_at)
+    jobs_run_due()
+
+    response = api(owner).get("/v1/jobs")
+
+    assert response.status_code == 200
+    (job,) = response.json()["results"]
+    assert job["id"] == JOB
+    assert (job["schedule"], job["action"], job["overlap"], job["catch_up"]) == (
+        "every 10s",
+        "task",
+        "skip",
+        "skip",
+    )
+    assert (job["last_outcome"], job["runs"], job["missed_runs"]) == ("ok", 1, 0)
+    assert job["next_run_at"] is not None and job["last_run_at"] is not None
+    assert api(None).get("/v1/jobs").status_code == 401
+
+
+def test_a_failed_run_emits_job_failed_a_typed_error_does_not_stop(install, fake_clock, sent):
+    runs = Runs()
+    runs.fail = CommandError("rejected", "quota at the provider")
+    install(job_ext(runs))
+    jobs_run_due()
+    fake_clock.set(state().next_run_at)
+
+    jobs_run_due()
+
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert (state().last_outcome, state().failures) == ("failed", 1)
+    note = Notification.objects.get()
+    assert (note.type, note.job_id) == ("job.failed", JOB)
+    assert "quota at the provider" in note.body
+
+
+def test_a_defect_in_a_job_stops_the_extension_and_emits_job_failed(install, fake_clock, sent):
+    runs = Runs()
+    runs.fail = ZeroDivisionError("division by zero")
+    install(job_ext(runs))
+    jobs_run_due()
+    fake_clock.set(state().next_run_at)
+
+    jobs_run_due()
+
+    assert roster("alpha").reason == "job tick defect: division by zero"
+    assert Notification.objects.filter(type="job.failed", job_id=JOB).count() == 1
+
+
+def test_retry_re_offers_the_run_for_the_same_instant_after_the_delay(install, fake_clock, sent):
+    runs = Runs()
+    runs.fail = Retry(30, "later")
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first)
+
+    assert job_run(job_id=JOB) == "retry"
+    runs.fail = None
+    fake_clock.advance(seconds=29)
+    jobs_run_due()
+    assert first not in runs.instants
+    fake_clock.advance(seconds=1)
+    jobs_run_due()
+
+    assert first in runs.instants
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_prompt_job_submits_into_its_conversation_and_needs_send(
+    install, fake_clock, sent, conversation
+):
+    conversation("inbox")
+    install(job_ext(PromptAction(conversation_id="inbox", text="Anything new?")))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first)
+
+    jobs_run_due()
+
+    submission = Submission.objects.get(conversation_id="inbox")
+    assert submission.parts == [{"type": "text", "text": "Anything new?"}]
+    assert submission.origin_extension_id == "alpha"
+    assert submission.request_id == f"job:{JOB}:{first}"
+
+    RosterEntry.objects.filter(pk="alpha").update(admitted_grants=["state", "timers"])
+    fake_clock.set(first + 10_000)
+    jobs_run_due()
+    assert state().last_error == "Extension is not granted send"
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "exactly one"),
+        ({"every_seconds": 1, "schedule": "* * * * *"}, "exactly one"),
+        ({"schedule": "not cron"}, "not a cron"),
+        ({"every_seconds": 0}, ">= 1"),
+        ({"every_seconds": 5, "overlap": "queue"}, "overlap"),
+        ({"every_seconds": 5, "catch_up": "all"}, "catch_up"),
+    ],
+)
+def test_a_job_declaration_is_checked(options, message):
+    with pytest.raises(DefinitionError, match=message):
+        Job("j", action=lambda ctx, run: None, **options)

@@ -1,0 +1,377 @@
+"""The lifecycle outbox: fan-out, delivery once and in order per conversation, stops and
+replay, retries, commit-order gaps, the handlers' read API, shutdown, idle detection."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from conversations.models import Conversation
+from conversations.services import (
+    conversation_create,
+    conversation_fork,
+    conversation_update,
+    submission_submit,
+)
+from core import clock
+from core.auth import user_principal
+from core.models import LifecycleEvent
+from core.services import lifecycle_record
+from extensions_host.background.models import IdleMark, LifecycleDelivery, LifecycleFanout
+from extensions_host.background.services.common import CHANNEL_LIFECYCLE, kick_clear
+from extensions_host.background.services.idle import conversations_detect_idle
+from extensions_host.background.services.lifecycle import (
+    lifecycle_deliver_all,
+    lifecycle_fanout,
+    lifecycle_fanout_all,
+    lifecycle_prune,
+    lifecycle_sweep,
+)
+from extensions_host.background.services.shutdown import lifecycle_shutdown_all
+from extensions_host.models import ExtensionStatus
+from extensions_host.sdk import Retry, StateError
+
+from .conftest import resume, roster
+from .exts import Pad, make_ext
+
+
+class Recorder:
+    """Lifecycle handlers that remember what they were given (and fail on demand)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.fail: dict[str, BaseException] = {}
+
+    def handler(self, kind: str) -> Any:
+        def handle(ctx: Any, event: Any) -> None:
+            failure = self.fail.get(kind)
+            if failure is not None:
+                raise failure
+            self.seen.append((kind, dict(event.data)))
+
+        return handle
+
+    def handlers(self, *kinds: str) -> dict[str, Any]:
+        return {kind: self.handler(kind) for kind in kinds}
+
+
+KINDS = ("conversation_created", "conversation_forked", "conversation_archived")
+
+
+def deliver(*extension_ids: str) -> None:
+    lifecycle_fanout_all()
+    for extension_id in extension_ids:
+        lifecycle_deliver_all(extension_id=extension_id)
+
+
+@pytest.fixture
+def principal(owner: Any) -> Any:
+    return user_principal(owner, "token")
+
+
+def make_conversation(principal: Any, cid: str, texts: tuple[str, ...] = ("one",)) -> list[int]:
+    conversation_create(principal=principal, conversation_id=cid)
+    return [
+        submission_submit(
+            principal=principal,
+            conversation_id=cid,
+            parts=[{"type": "text", "text": text}],
+            request_id=f"{cid}-{n}",
+        ).submission.entry.pk
+        for n, text in enumerate(texts)
+    ]
+
+
+def test_fork_and_archive_reach_a_subscribed_extension_once_each_in_order(install, principal, sent):
+    rec = Recorder()
+    install(make_ext("alpha", lifecycle=rec.handlers(*KINDS)))
+    (entry,) = make_conversation(principal, "parent")
+    conversation_fork(principal=principal, conversation_id="parent", at=entry, child_id="child")
+    conversation_update(principal=principal, conversation_id="child", archived=True)
+
+    deliver("alpha")
+    deliver("alpha")  # nothing is delivered twice
+
+    assert rec.seen == [
+        ("conversation_created", {"conversation_id": "parent"}),
+        ("conversation_forked", {"child_id": "child", "parent_id": "parent", "at": entry}),
+        ("conversation_archived", {"conversation_id": "child", "archived": True}),
+    ]
+    assert not LifecycleDelivery.objects.exists()
+
+
+def test_a_failing_handler_stops_the_extension_and_its_events_arrive_after_resume(
+    install, principal, sent
+):
+    rec = Recorder()
+    rec.fail["conversation_forked"] = RuntimeError("fork handler broke")
+    install(make_ext("alpha", lifecycle=rec.handlers(*KINDS)))
+    (entry,) = make_conversation(principal, "parent")
+    conversation_fork(principal=principal, conversation_id="parent", at=entry, child_id="child")
+    conversation_update(principal=principal, conversation_id="child", archived=True)
+
+    deliver("alpha")
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "conversation_forked defect: fork handler broke"
+    assert rec.seen == [("conversation_created", {"conversation_id": "parent"})]
+    conversation_update(principal=principal, conversation_id="parent", archived=True)
+    deliver("alpha")  # stopped: recorded for it, not delivered
+    assert len(rec.seen) == 1
+    assert LifecycleDelivery.objects.filter(extension_id="alpha").count() == 3
+
+    del rec.fail["conversation_forked"]
+    resume("alpha")
+    deliver("alpha")
+
+    assert [kind for kind, _ in rec.seen] == [
+        "conversation_created",
+        "conversation_forked",
+        "conversation_archived",
+        "conversation_archived",
+    ]
+    assert not LifecycleDelivery.objects.exists()
+
+
+def test_only_granted_extensions_with_a_handler_are_subscribed(install, principal, sent):
+    rec = Recorder()
+    install(
+        make_ext("alpha", lifecycle=rec.handlers("conversation_archived")),
+        make_ext("nogrant", grants={"state"}, lifecycle=rec.handlers(*KINDS)),
+    )
+    make_conversation(principal, "c1")
+
+    touched, _ = lifecycle_fanout()
+
+    assert touched == set()  # created: alpha has no handler for it; nogrant is not granted
+    assert not LifecycleDelivery.objects.exists()
+    assert LifecycleFanout.objects.count() == 1
+
+
+def test_events_of_one_conversation_wait_behind_a_retried_one_others_go_on(
+    install, principal, sent, fake_clock
+):
+    rec = Recorder()
+    rec.fail["conversation_created"] = Retry(10, "later")
+    install(make_ext("alpha", lifecycle=rec.handlers(*KINDS)))
+    with transaction.atomic():
+        lifecycle_record(kind="conversation_created", conversation_id="a", payload={"n": 1})
+        lifecycle_record(
+            kind="conversation_archived", conversation_id="a", payload={"n": 2, "archived": True}
+        )
+        lifecycle_record(
+            kind="conversation_archived", conversation_id="b", payload={"n": 3, "archived": True}
+        )
+
+    deliver("alpha")
+    assert rec.seen == [("conversation_archived", {"n": 3, "archived": True})]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+    del rec.fail["conversation_created"]
+    deliver("alpha")  # still within the delay: "a" waits
+    assert len(rec.seen) == 1
+    fake_clock.advance(seconds=10)
+    deliver("alpha")
+
+    assert [data["n"] for _, data in rec.seen] == [3, 1, 2]
+
+
+def test_an_event_that_commits_after_a_larger_id_is_still_delivered(install, sent):
+    """Outbox ids come from a sequence: a transaction holding a smaller id may commit after one
+    holding a larger id has been fanned out. The fan-out has no id watermark to skip it."""
+    rec = Recorder()
+    install(make_ext("alpha", lifecycle=rec.handlers("conversation_archived")))
+    early = lifecycle_record(
+        kind="conversation_archived", conversation_id="x", payload={"n": "late-commit"}
+    )
+    early_id = early.pk
+    early.delete()  # as if its transaction had not committed yet
+    lifecycle_record(kind="conversation_archived", conversation_id="y", payload={"n": "first"})
+    deliver("alpha")
+
+    LifecycleEvent.objects.create(
+        id=early_id, kind="conversation_archived", conversation_id="x", payload={"n": "late"}
+    )
+    deliver("alpha")
+
+    assert [data["n"] for _, data in rec.seen] == ["first", "late"]
+
+
+def test_the_read_api_gives_entries_fork_aware_bounded_pages_and_documents(
+    install, principal, sent
+):
+    seen: dict[str, Any] = {}
+
+    def on_forked(ctx: Any, event: Any) -> None:
+        first = event.entries(limit=2)
+        rest = event.entries(limit=64, after=first.next)
+        seen["ids"] = [e.id for e in first.entries + rest.entries]
+        seen["texts"] = [e.content[0]["text"] for e in first.entries + rest.entries]
+        seen["next"] = (first.next is not None, rest.next)
+        seen["one"] = event.entry(first.entries[0].id).role
+        seen["other"] = event.entry(10**9)
+        seen["users"] = len(event.entries({"role": "user"}).entries)
+        seen["pad"] = event.document("pad")
+        for bad in (0, 65, True):
+            with pytest.raises(StateError):
+                event.entries(limit=bad)
+        with pytest.raises(StateError):
+            event.entries({"text": "x"})
+
+    install(make_ext("alpha", lifecycle={"conversation_forked": on_forked}))
+    entries = make_conversation(principal, "parent", ("a", "b", "c", "d"))
+    conversation_fork(principal=principal, conversation_id="parent", at=entries[2], child_id="kid")
+
+    deliver("alpha")
+
+    assert seen["texts"] == ["a", "b", "c"]  # the parent's entries up to the fork point only
+    assert seen["ids"] == sorted(seen["ids"])
+    assert seen["next"] == (True, None)
+    assert seen["one"] == "user"
+    assert seen["other"] is None
+    assert seen["users"] == 3
+    assert seen["pad"] == Pad()
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_delivered_events_are_pruned_after_an_hour_undelivered_ones_are_kept(
+    install, sent, fake_clock
+):
+    rec = Recorder()
+    rec.fail["conversation_archived"] = RuntimeError("down")
+    install(
+        make_ext("good", lifecycle=rec.handlers("conversation_created")),
+        make_ext("bad", lifecycle=rec.handlers("conversation_archived")),
+    )
+    lifecycle_record(kind="conversation_created", conversation_id="c", payload={})
+    lifecycle_record(kind="conversation_archived", conversation_id="c", payload={})
+    deliver("good", "bad")
+
+    fake_clock.advance(seconds=2 * 3600)
+    assert lifecycle_prune() == 1
+    assert list(LifecycleEvent.objects.values_list("kind", flat=True)) == ["conversation_archived"]
+
+
+def test_the_beat_sweep_fans_out_and_kicks_subscribers_with_deliverable_events(
+    install, sent, django_capture_on_commit_callbacks
+):
+    rec = Recorder()
+    install(make_ext("alpha", lifecycle=rec.handlers("conversation_created")))
+    lifecycle_record(kind="conversation_created", conversation_id="c", payload={})
+
+    with django_capture_on_commit_callbacks(execute=True):
+        lifecycle_sweep()
+
+    assert len(sent.of("lifecycle_fanout")) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        lifecycle_fanout_all()  # the fan-out task kicks the extensions it gave deliveries to
+    assert [args for args, _ in sent.of("deliver_lifecycle")] == [("alpha",)]
+    kick_clear(CHANNEL_LIFECYCLE, "alpha")  # its task started, then was lost before delivering
+    with django_capture_on_commit_callbacks(execute=True):
+        lifecycle_sweep()
+    assert [args for args, _ in sent.of("deliver_lifecycle")] == [("alpha",), ("alpha",)]
+
+
+def test_an_outbox_event_kicks_the_fan_out_after_its_commit(
+    install, sent, django_capture_on_commit_callbacks
+):
+    install(make_ext("alpha", lifecycle=Recorder().handlers("conversation_created")))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        with transaction.atomic():
+            lifecycle_record(kind="conversation_created", conversation_id="c", payload={})
+            lifecycle_record(kind="conversation_created", conversation_id="d", payload={})
+
+    assert len(sent.of("lifecycle_fanout")) == 1  # coalesced
+
+
+# --- shutdown ---------------------------------------------------------------------------------
+
+
+def test_shutdown_is_called_directly_and_a_failure_is_logged_not_a_stop(install, caplog):
+    calls: list[str] = []
+
+    def ok(ctx: Any) -> None:
+        calls.append(ctx.extension_id)
+
+    def broken(ctx: Any) -> None:
+        raise RuntimeError("cannot flush")
+
+    install(make_ext("alpha", shutdown=ok), make_ext("beta", shutdown=broken))
+
+    with caplog.at_level(logging.ERROR):
+        outcomes = lifecycle_shutdown_all()
+
+    assert outcomes == {"alpha": "ok", "beta": "failed"}
+    assert calls == ["alpha"]
+    assert roster("beta").status == ExtensionStatus.RUNNING
+    assert any(r.message == "extension_shutdown_failed" for r in caplog.records)
+
+
+def test_a_shutdown_that_overruns_its_deadline_is_abandoned(install, settings):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 50
+    import time
+
+    def slow(ctx: Any) -> None:
+        time.sleep(5)
+
+    install(make_ext("alpha", shutdown=slow))
+    started = time.monotonic()
+
+    assert lifecycle_shutdown_all() == {"alpha": "timeout"}
+    assert time.monotonic() - started < 2
+
+
+# --- idle detection ---------------------------------------------------------------------------
+
+
+def idle_events() -> list[tuple[str, int]]:
+    return [
+        (e.conversation_id, e.payload["idle_ms"])
+        for e in LifecycleEvent.objects.filter(kind="conversation_idle").order_by("pk")
+    ]
+
+
+def test_idle_is_emitted_once_per_idle_period_and_rearmed_by_activity(
+    install, conversation, fake_clock, settings, sent
+):
+    settings.IDLE_AFTER_SECONDS = 60
+    install()
+    conversation("quiet")
+    conversation("archived")
+    Conversation.objects.filter(pk="archived").update(archived=True)
+
+    fake_clock.advance(seconds=30)
+    conversations_detect_idle()
+    assert idle_events() == []
+
+    fake_clock.advance(seconds=31)
+    conversations_detect_idle()
+    fake_clock.advance(seconds=30)
+    conversations_detect_idle()
+    assert idle_events() == [("quiet", 61_000)]
+
+    Conversation.objects.filter(pk="quiet").update(last_activity_at=clock.now())  # activity
+    fake_clock.advance(seconds=61)
+    conversations_detect_idle()
+
+    assert idle_events() == [("quiet", 61_000), ("quiet", 61_000)]
+    assert IdleMark.objects.get(pk="quiet").activity_at == clock.now() - dt.timedelta(seconds=61)
+
+
+def test_the_idle_sweep_is_bounded_per_call_and_reports_more(
+    install, conversation, fake_clock, settings, sent
+):
+    settings.IDLE_AFTER_SECONDS = 1
+    install()
+    for n in range(5):
+        conversation(f"c{n}")
+    fake_clock.advance(seconds=2)
+
+    assert conversations_detect_idle(limit=3) == (3, True)
+    assert conversations_detect_idle(limit=3) == (2, False)
+    assert conversations_detect_idle(limit=3) == (0, False)
+    assert len(idle_events()) == 5

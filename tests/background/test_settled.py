@@ -1,0 +1,209 @@
+"""Settled-run delivery: core cursor, per-consumer cursors, batches in order, failures, retries,
+independence, lag, kicks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conversations.selectors import RunSettledEvent
+from extensions_host.background.models import SettledCursor
+from extensions_host.background.services.settled import (
+    core_cursor,
+    settled_cursor_initialise,
+    settled_deliver,
+    settled_deliver_all,
+    settled_lag,
+    settled_notify,
+    settled_sweep,
+)
+from extensions_host.models import ExtensionStatus
+from extensions_host.sdk import Retry
+
+from .conftest import resume, roster, settle_runs
+from .exts import make_ext
+
+
+class Consumer:
+    """An `on_settled` hook that remembers every batch it committed (and can fail on demand)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.fail: BaseException | None = None
+
+    def __call__(self, ctx: Any, runs: list[RunSettledEvent]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.batches.append([run.sequence for run in runs])
+        self.events = runs
+
+    @property
+    def received(self) -> list[int]:
+        return [seq for batch in self.batches for seq in batch]
+
+
+def test_a_new_consumer_starts_at_the_core_cursor_and_does_not_replay_history(
+    install, conversation
+):
+    conversation("c1")
+    before = settle_runs("c1", 3)
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+
+    after = settle_runs("c1", 2)
+    settled_deliver_all(extension_id="alpha")
+
+    assert core_cursor() == after[-1]
+    assert consumer.received == after
+    assert not set(before) & set(consumer.received)
+
+
+def test_runs_arrive_in_sequence_order_in_bounded_batches_with_the_cursor_advanced(
+    install, conversation, settings
+):
+    settings.HOST_SETTLED_BATCH = 4
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    sequences = settle_runs("c1", 10)
+
+    assert settled_deliver(extension_id="alpha") is True
+    assert SettledCursor.objects.get(pk="alpha").position == sequences[3]
+    settled_deliver_all(extension_id="alpha")
+
+    assert consumer.batches == [sequences[0:4], sequences[4:8], sequences[8:10]]
+    assert SettledCursor.objects.get(pk="alpha").position == sequences[-1]
+    assert settled_deliver(extension_id="alpha") is False
+
+
+def test_each_event_carries_its_inputs_texts_and_outcome(install, conversation):
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    (sequence,) = settle_runs("c1", 1, text="hello")
+
+    settled_deliver_all(extension_id="alpha")
+
+    (event,) = consumer.events
+    assert event.sequence == sequence
+    assert event.conversation_id == "c1"
+    assert event.input_texts == ("hello 0",)
+    assert event.outcome == {"status": "unanswered", "reason": "done"}
+
+
+def test_a_failing_consumer_stops_with_its_cursor_unmoved_and_replays_exactly_after_resume(
+    install, conversation
+):
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    first = settle_runs("c1", 2)
+    settled_deliver_all(extension_id="alpha")
+
+    consumer.fail = RuntimeError("broken")
+    missed = settle_runs("c1", 3)
+    settled_deliver_all(extension_id="alpha")
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "on_settled defect: broken"
+    assert SettledCursor.objects.get(pk="alpha").position == first[-1]
+    assert settled_lag(extension_id="alpha") == {
+        "cursor": first[-1],
+        "core_cursor": missed[-1],
+        "lag": 3,
+    }
+
+    consumer.fail = None
+    resume("alpha")
+    settled_deliver_all(extension_id="alpha")
+
+    assert consumer.received == first + missed
+    assert settled_lag(extension_id="alpha")["lag"] == 0
+
+
+def test_consumers_are_independent_a_stopped_one_never_holds_back_the_others(install, conversation):
+    good, bad = Consumer(), Consumer()
+    bad.fail = RuntimeError("nope")
+    install(make_ext("good", on_settled=good), make_ext("bad", on_settled=bad))
+    for ext in ("good", "bad"):
+        settled_cursor_initialise(extension_id=ext)
+    conversation("c1")
+
+    sequences = settle_runs("c1", 3)
+    settled_deliver_all(extension_id="bad")
+    settled_deliver_all(extension_id="good")
+
+    assert good.received == sequences
+    assert roster("bad").status == ExtensionStatus.STOPPED
+    assert settled_lag(extension_id="bad")["lag"] == 3
+
+
+def test_retry_keeps_the_consumer_running_and_offers_the_same_batch_after_the_delay(
+    install, conversation, fake_clock
+):
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    sequences = settle_runs("c1", 2)
+
+    consumer.fail = Retry(5, "downstream busy")
+    settled_deliver_all(extension_id="alpha")
+    consumer.fail = None
+    settled_deliver_all(extension_id="alpha")  # still inside the delay
+    assert consumer.received == []
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert SettledCursor.objects.get(pk="alpha").retry_attempt == 1
+
+    fake_clock.advance(seconds=5)
+    settled_deliver_all(extension_id="alpha")
+
+    assert consumer.batches == [sequences]
+    assert SettledCursor.objects.get(pk="alpha").retry_attempt == 0
+
+
+def test_a_missing_on_settled_handler_stops_with_the_capability_reason(install, conversation):
+    install(make_ext("alpha"))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    settle_runs("c1", 1)
+
+    settled_deliver_all(extension_id="alpha")
+
+    assert roster("alpha").reason == "settled: granted capability has no handler"
+
+
+def test_after_settle_kicks_coalesce_into_one_task_per_consumer(
+    install, conversation, sent, django_capture_on_commit_callbacks
+):
+    install(make_ext("alpha", on_settled=Consumer()), make_ext("beta", on_settled=Consumer()))
+    for ext in ("alpha", "beta"):
+        settled_cursor_initialise(extension_id=ext)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_notify() == ["alpha", "beta"]
+        assert settled_notify() == []  # tasks already queued
+    settled_deliver_all(extension_id="alpha")  # the task clears its kick first
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_notify() == ["alpha"]
+
+    assert [args for args, _ in sent.of("deliver_settled")] == [("alpha",), ("beta",), ("alpha",)]
+
+
+def test_the_beat_sweep_initialises_cursors_and_kicks_only_consumers_that_are_behind(
+    install, conversation, sent, django_capture_on_commit_callbacks
+):
+    install(make_ext("alpha", on_settled=Consumer()), make_ext("beta", on_settled=Consumer()))
+    conversation("c1")
+    settle_runs("c1", 1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_sweep() == []  # new consumers start at the core cursor: nothing owed
+    settle_runs("c1", 1)
+    settled_deliver_all(extension_id="beta")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_sweep() == ["alpha"]
+
+    assert set(SettledCursor.objects.values_list("pk", flat=True)) == {"alpha", "beta"}

@@ -1,0 +1,332 @@
+"""Timers: `ctx.timers` bounds and guards, the fire sweep (order, pages, group commit,
+failures, retries) — fast logic tests on the fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extensions_host.background.models import Timer
+from extensions_host.background.services.timers import (
+    PAGE,
+    timers_fire_due,
+    timers_fire_page,
+)
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import HookContext
+from extensions_host.sdk import ExtensionStop, Retry, StateError
+
+from .conftest import in_frame, resume, roster
+from .exts import Effect, effects, make_ext, record_timer
+
+
+def set_timers(extension_id: str, **timers: int) -> None:
+    def body(ctx: Any) -> None:
+        for key, due in timers.items():
+            ctx.timers.set(key, due)
+
+    outcome = in_frame(extension_id, body)
+    assert outcome.ok, outcome
+
+
+def pending(extension_id: str) -> dict[str, int]:
+    return dict(Timer.objects.filter(extension_id=extension_id).values_list("key", "due_at"))
+
+
+# --- ctx.timers -------------------------------------------------------------------------------
+
+
+def test_set_upserts_read_returns_the_due_instant_and_cancel_removes_it(install, fake_clock):
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", a=now + 1000, b=now + 2000)
+    set_timers("alpha", a=now + 5000)  # same key: moved, not duplicated
+
+    seen: dict[str, Any] = {}
+
+    def body(ctx: Any) -> None:
+        seen["a"], seen["missing"] = ctx.timers.read("a"), ctx.timers.read("nope")
+        seen["cancelled"] = ctx.timers.cancel("b")
+        seen["again"] = ctx.timers.cancel("b")
+
+    assert in_frame("alpha", body).ok
+    assert seen == {"a": now + 5000, "missing": None, "cancelled": True, "again": False}
+    assert pending("alpha") == {"a": now + 5000}
+
+
+@pytest.mark.parametrize(
+    ("key", "due"),
+    [("", 1), ("k" * 257, 1), ("k", -1), ("k", 1.5), ("k", True), ("k", "1"), ("k", 2**63)],
+)
+def test_set_refuses_a_key_or_instant_out_of_bounds_with_state_error_bound(install, key, due):
+    install(make_ext("alpha", on_timer=record_timer))
+
+    outcome = in_frame("alpha", lambda ctx: ctx.timers.set(key, due))
+
+    assert outcome.status == "failed"
+    assert isinstance(outcome.error, StateError)
+    assert outcome.error.kind == "bound"
+    assert pending("alpha") == {}
+
+
+def test_a_key_of_256_characters_and_instant_zero_are_accepted(install):
+    install(make_ext("alpha", on_timer=record_timer))
+    set_timers("alpha", **{"k" * 256: 0})
+    assert pending("alpha") == {"k" * 256: 0}
+
+
+def test_a_timer_write_outside_the_frame_is_a_defect_that_stops_the_extension(install):
+    install(make_ext("alpha", on_timer=record_timer))
+    from extensions_host import registry
+
+    ctx = HookContext(loaded=registry.get("alpha"), hook="route", grants=frozenset({"timers"}))
+
+    with pytest.raises(ExtensionStop):
+        ctx.timers.set("k", 1)
+
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert "outside its own core transaction" in roster("alpha").reason
+    assert pending("alpha") == {}
+
+
+def test_reads_work_outside_a_frame(install, fake_clock):
+    install(make_ext("alpha", on_timer=record_timer))
+    set_timers("alpha", k=fake_clock.now_ms() + 10)
+    from extensions_host import registry
+
+    ctx = HookContext(loaded=registry.get("alpha"), hook="route", grants=frozenset({"timers"}))
+
+    assert ctx.timers.read("k") == fake_clock.now_ms() + 10
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_write_in_a_read_only_hook_stops_the_extension(install):
+    install(make_ext("alpha", on_timer=record_timer))
+
+    outcome = in_frame("alpha", lambda ctx: ctx.timers.set("k", 1), mode="read", failures="stop")
+
+    assert outcome.status == "stopped"
+    assert "read-only" in outcome.reason
+    assert pending("alpha") == {}
+
+
+def test_timers_inside_update_are_unavailable_and_need_the_grant(install):
+    install(make_ext("alpha", on_timer=record_timer), make_ext("beta", grants={"state"}))
+
+    in_update = in_frame("alpha", lambda ctx: ctx.timers.set("k", 1), mode="state")
+    ungranted = in_frame("beta", lambda ctx: ctx.timers.set("k", 1))
+
+    assert in_update.error is not None and in_update.error.kind == "unavailable"
+    assert ungranted.error is not None and ungranted.error.kind == "unavailable"
+    assert "not granted timers" in ungranted.error.message
+
+
+def test_the_pending_timer_quota_refuses_the_timer_past_it(install):
+    install(make_ext("alpha", on_timer=record_timer))
+    RosterEntry.objects.filter(pk="alpha").update(quotas={"max_timers": 3})
+    set_timers("alpha", a=1, b=2, c=3)
+
+    over = in_frame("alpha", lambda ctx: ctx.timers.set("d", 4))
+    moved = in_frame("alpha", lambda ctx: ctx.timers.set("a", 9))  # an upsert is not a new one
+
+    assert over.error is not None and over.error.kind == "bound"
+    assert "max_timers (3)" in over.error.message
+    assert moved.ok
+    assert pending("alpha") == {"a": 9, "b": 2, "c": 3}
+
+
+def test_the_default_quota_is_ten_thousand(settings):
+    assert settings.HOST_QUOTAS["max_timers"] == 10_000
+
+
+# --- firing -----------------------------------------------------------------------------------
+
+
+def test_due_timers_fire_oldest_first_with_their_event_and_are_deleted(install, fake_clock):
+    order: list[str] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        order.append(timer.key)
+        record_timer(ctx, timer)
+
+    install(make_ext("alpha", on_timer=hook))
+    now = fake_clock.now_ms()
+    set_timers("alpha", late=now - 10, early=now - 500, future=now + 100)
+    fake_clock.advance(ms=7)
+
+    result = timers_fire_page()
+
+    assert result.fired == 2
+    assert order == ["early", "late"]
+    assert effects("alpha")["early"].data == [now - 500, now + 7]
+    assert pending("alpha") == {"future": now + 100}
+
+
+def test_the_sweep_works_in_pages_of_64_and_reports_more_while_more_are_due(install, fake_clock):
+    install(make_ext("alpha", on_timer=record_timer))
+    set_timers("alpha", **{f"t{n:03}": n for n in range(PAGE + 5)})
+
+    first = timers_fire_page()
+    second = timers_fire_page()
+
+    assert (first.claimed, first.fired) == (PAGE, PAGE)
+    assert (second.claimed, second.fired) == (5, 5)
+    assert len(effects("alpha")) == PAGE + 5
+    assert pending("alpha") == {}
+
+
+def test_fire_due_loops_until_no_timer_is_due(install, fake_clock):
+    install(make_ext("alpha", on_timer=record_timer))
+    set_timers("alpha", **{f"t{n:03}": n for n in range(3 * PAGE)})
+
+    assert timers_fire_due(budget_s=30) is False
+    assert len(effects("alpha")) == 3 * PAGE
+
+
+def test_a_failing_hook_stops_its_extension_keeps_its_timers_and_others_still_fire(
+    install, fake_clock
+):
+    calls: list[str] = []
+
+    def failing(ctx: Any, timer: Any) -> None:
+        calls.append(timer.key)
+        ctx.collection("effect").put(Effect(key=timer.key))  # rolled back with its savepoint
+        raise RuntimeError("boom")
+
+    install(make_ext("alpha", on_timer=record_timer), make_ext("bad", on_timer=failing))
+    set_timers("alpha", a1=1, a2=3)
+    set_timers("bad", b1=2, b2=4)
+
+    result = timers_fire_page()  # one page: a1, b1 (fails), a2, b2 (skipped: stopped)
+
+    assert calls == ["b1"]  # no later frame of the stopped extension ran in the page
+    assert (result.fired, result.stopped) == (2, 1)
+    assert set(effects("alpha")) == {"a1", "a2"}
+    assert effects("bad") == {}
+    bad = roster("bad")
+    assert bad.status == ExtensionStatus.STOPPED
+    assert bad.reason == "on_timer defect: boom"
+    assert pending("bad") == {"b1": 2, "b2": 4}
+    assert pending("alpha") == {}
+
+
+def test_after_resume_the_stopped_extensions_timers_fire_once_each(install, fake_clock):
+    failing = {"on": True}
+
+    def hook(ctx: Any, timer: Any) -> None:
+        if failing["on"]:
+            raise RuntimeError("down")
+        record_timer(ctx, timer)
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", a=1, b=2)
+    timers_fire_page()
+    assert timers_fire_page().claimed == 0  # stopped: its timers are not even claimed
+
+    failing["on"] = False
+    resume("alpha")
+    timers_fire_due(budget_s=30)
+    timers_fire_due(budget_s=30)
+
+    assert set(effects("alpha")) == {"a", "b"}
+    assert pending("alpha") == {}
+
+
+def test_a_hook_that_resets_its_own_timer_keeps_it_with_the_new_instant(install, fake_clock):
+    def hook(ctx: Any, timer: Any) -> None:
+        record_timer(ctx, timer)
+        if timer.key == "repeat":
+            ctx.timers.set("repeat", timer.due_at + 60_000)
+
+    install(make_ext("alpha", on_timer=hook))
+    now = fake_clock.now_ms()
+    set_timers("alpha", repeat=now)
+
+    timers_fire_page()
+
+    assert pending("alpha") == {"repeat": now + 60_000}
+
+
+def test_a_timer_cancelled_or_reset_by_an_earlier_frame_of_the_page_is_not_fired(
+    install, fake_clock
+):
+    fired: list[str] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        fired.append(timer.key)
+        if timer.key == "first":
+            ctx.timers.cancel("second")
+            ctx.timers.set("third", 10**12)
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", first=1, second=2, third=3)
+
+    timers_fire_page()
+
+    assert fired == ["first"]
+    assert pending("alpha") == {"third": 10**12}
+
+
+def test_a_missing_on_timer_handler_stops_with_the_capability_reason(install):
+    install(make_ext("alpha"))
+    set_timers("alpha", k=1)
+
+    timers_fire_page()
+
+    assert roster("alpha").reason == "timers: granted capability has no handler"
+    assert pending("alpha") == {"k": 1}
+
+
+def test_stopped_and_ungranted_extensions_timers_do_not_fire(install):
+    install(make_ext("alpha", on_timer=record_timer), make_ext("beta", on_timer=record_timer))
+    set_timers("alpha", a=1)
+    set_timers("beta", b=1)
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED)
+    RosterEntry.objects.filter(pk="beta").update(admitted_grants=["state"])
+
+    assert timers_fire_page().claimed == 0
+    assert pending("alpha") == {"a": 1} and pending("beta") == {"b": 1}
+
+
+def test_retry_leaves_the_timer_and_offers_it_again_after_the_delay(install, fake_clock):
+    attempts: list[int] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        attempts.append(fake_clock.now_ms())
+        if len(attempts) < 3:
+            raise Retry(2, "upstream down")
+        record_timer(ctx, timer)
+
+    install(make_ext("alpha", on_timer=hook))
+    now = fake_clock.now_ms()
+    set_timers("alpha", k=now)
+
+    assert timers_fire_page().retried == 1
+    assert timers_fire_page().claimed == 0  # not before the delay
+    fake_clock.advance(ms=2000)
+    assert timers_fire_page().retried == 1
+    fake_clock.advance(ms=2000)
+    assert timers_fire_page().fired == 1
+
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert effects("alpha")["k"].data == [now, now + 4000]  # due_at kept across retries
+    assert pending("alpha") == {}
+
+
+def test_retries_are_bounded_and_then_count_as_a_defect(install, fake_clock, settings):
+    settings.HOST_RETRY_LIMIT = 2
+
+    def hook(ctx: Any, timer: Any) -> None:
+        raise Retry(1, "still down")
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", k=0)
+    for _ in range(3):
+        timers_fire_page()
+        fake_clock.advance(ms=1000)
+
+    alpha = roster("alpha")
+    assert alpha.status == ExtensionStatus.STOPPED
+    assert alpha.reason == "on_timer defect: retried 2 times: still down"
+    assert pending("alpha") == {"k": 0}

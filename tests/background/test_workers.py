@@ -1,0 +1,190 @@
+"""Idle workers: woken by lifecycle events, one run at a time with one coalesced pending wake,
+outside any transaction, failures recorded and notified without a stop."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from core.services import lifecycle_record
+from extensions_host.background.declarations import Worker, WorkerWake, add_worker
+from extensions_host.background.models import WorkerState
+from extensions_host.background.services.lifecycle import (
+    lifecycle_deliver_all,
+    lifecycle_fanout_all,
+)
+from extensions_host.background.services.workers import (
+    worker_run,
+    worker_wake,
+    workers_summary,
+)
+from extensions_host.contributions.models import Notification
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import current_frame
+from extensions_host.sdk import DefinitionError
+
+from .conftest import resume, roster
+from .exts import Effect, effects, make_ext
+
+
+def with_worker(run: Any, *, wake_on: tuple[str, ...] = ("conversation_archived",), **kw: Any):
+    ext = make_ext("alpha")
+    add_worker(ext, Worker("tidy", wake_on=wake_on, run=run, **kw))
+    return ext
+
+
+def test_a_lifecycle_event_wakes_the_worker_which_runs_outside_a_transaction(install, sent):
+    seen: list[tuple[WorkerWake, bool]] = []
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        seen.append((wake, current_frame() is None))
+        ctx.transact(lambda tx: tx.collection("effect").put(Effect(key=wake.conversation_id)))
+
+    install(with_worker(run))
+    lifecycle_record(kind="conversation_archived", conversation_id="c7", payload={})
+    lifecycle_fanout_all()
+    lifecycle_deliver_all(extension_id="alpha")
+
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+
+    ((wake, outside_frames),) = seen
+    assert outside_frames
+    assert wake == WorkerWake(event="conversation_archived", conversation_id="c7")
+    assert set(effects("alpha")) == {"c7"}
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert (state.last_outcome, state.runs, state.pending_wake) == ("ok", 1, None)
+
+
+def test_wakes_during_a_run_coalesce_into_one_pending_wake_last_wins(
+    install, sent, django_capture_on_commit_callbacks
+):
+    wakes: list[str] = []
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        wakes.append(wake.conversation_id)
+        if len(wakes) == 1:  # two events arrive while this run is in flight
+            for cid in ("second", "third"):
+                worker_wake(
+                    extension_id="alpha",
+                    name="tidy",
+                    wake=WorkerWake(event="conversation_archived", conversation_id=cid),
+                )
+            assert worker_run(extension_id="alpha", name="tidy") == "busy"
+
+    install(with_worker(run))
+    worker_wake(
+        extension_id="alpha",
+        name="tidy",
+        wake=WorkerWake(event="conversation_archived", conversation_id="first"),
+    )
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert sent.of("run_worker")  # the pending wake asked for the next run
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert worker_run(extension_id="alpha", name="tidy") == "idle"
+
+    assert wakes == ["first", "third"]
+
+
+def test_a_failing_run_is_recorded_and_notified_as_job_failed_without_a_stop(install, sent):
+    calls: list[int] = []
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        calls.append(1)
+        raise RuntimeError("model unavailable")
+
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "failed"
+    assert worker_run(extension_id="alpha", name="tidy") == "idle"  # not retried in a loop
+
+    assert calls == [1]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.last_outcome == "failed"
+    assert state.last_error == "worker tidy defect: model unavailable"
+    note = Notification.objects.get()
+    assert (note.type, note.job_id) == ("job.failed", "ext:alpha:worker:tidy")
+    assert "model unavailable" in note.body
+
+
+def test_a_run_over_its_deadline_fails(install, sent):
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        time.sleep(2)
+
+    install(with_worker(run, deadline_s=0.05))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    started = time.monotonic()
+
+    assert worker_run(extension_id="alpha", name="tidy") == "failed"
+
+    assert time.monotonic() - started < 1.5
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.last_error == "worker tidy exceeded its deadline"
+
+
+def test_a_defect_inside_transact_stops_the_extension_as_in_any_frame(install, sent):
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        ctx.transact(lambda tx: 1 / 0)
+
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "failed"
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "transact defect: division by zero"
+
+
+def test_a_stopped_extensions_worker_waits_and_runs_after_resume(
+    install, sent, django_capture_on_commit_callbacks
+):
+    runs: list[str] = []
+    install(with_worker(lambda ctx, wake: runs.append(wake.conversation_id)))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+
+    assert worker_run(extension_id="alpha", name="tidy") == "skipped"
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        resume("alpha")
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert runs == ["c"]
+
+
+def test_one_run_at_a_time_a_crashed_runs_lease_expires(install, sent, fake_clock):
+    install(with_worker(lambda ctx, wake: None, deadline_s=1))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    WorkerState.objects.filter(extension_id="alpha").update(
+        running_token="dead", running_until=fake_clock.now_ms() + 61_000
+    )
+
+    assert worker_run(extension_id="alpha", name="tidy") == "busy"
+    fake_clock.advance(seconds=62)
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+
+
+def test_workers_are_listed_with_their_last_run_and_outcome(install, sent):
+    install(with_worker(lambda ctx, wake: None))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    worker_run(extension_id="alpha", name="tidy")
+
+    (row,) = workers_summary()
+
+    assert row["id"] == "ext:alpha:worker:tidy"
+    assert row["wake_on"] == ["conversation_archived"]
+    assert (row["last_outcome"], row["runs"], row["running"]) == ("ok", 1, False)
+
+
+@pytest.mark.parametrize(
+    ("wake_on", "message"),
+    [((), "required"), (("shutdown",), "shutdown"), (("nope",), "unknown")],
+)
+def test_a_worker_needs_a_non_empty_wake_on_without_shutdown(wake_on, message):
+    with pytest.raises(DefinitionError, match=message):
+        Worker("w", wake_on=wake_on, run=lambda ctx, wake: None)
