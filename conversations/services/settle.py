@@ -210,6 +210,14 @@ def settled_sequence_next() -> int:
 
 
 def run_settled_after_commit(*, run_id: int, sequence: int) -> None:
-    """After-commit hook of a settlement: settled delivery, `run.settled` notifications and
-    watchers are triggered here (wired by the issues that build them)."""
+    """After-commit hook of a settlement: kick settled delivery (beat's sweep is the safety net)
+    and notify the notifiers (`run.settled`). Never raises into the committed settle."""
+    from extensions_host.background.services.settled import settled_after_commit
+    from extensions_host.contributions.services.notify import notification_run_settled
+
     logger.debug("run %s settled as sequence %s", run_id, sequence)
+    settled_after_commit()
+    try:
+        notification_run_settled(run_id=run_id)
+    except Exception:
+        logger.exception("run.settled notification for run %s failed", run_id)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from croniter import croniter
 
-from extensions_host.sdk import LIFECYCLE_EVENTS, DefinitionError, Extension
+from extensions_host.sdk.definition import LIFECYCLE_EVENTS, DefinitionError, Extension
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MAX_DEADLINE_SECONDS = 300.0

@@ -9,6 +9,17 @@ Everything here is typed (pydantic v2 for every schema) and stable within SDK ma
 
 from __future__ import annotations
 
+# Background declarations (workers, jobs) and conversation types live beside the services that
+# use them; authors import them from here, the one public surface.
+from extensions_host.background.declarations import (
+    Job,
+    JobRun,
+    PromptAction,
+    Worker,
+    WorkerWake,
+    add_job,
+    add_worker,
+)
 from extensions_host.sdk.context import CollectionHandle, Context, DocumentHandle
 from extensions_host.sdk.contributions import (
     CORE_SLASH_COMMANDS,
@@ -87,11 +98,14 @@ __all__ = [
     "FileRef",
     "Health",
     "InteractionRecord",
+    "Job",
+    "JobRun",
     "MigrationRow",
     "NotReady",
     "NotificationEvent",
     "Notifier",
     "Prompt",
+    "PromptAction",
     "PromptSection",
     "Provider",
     "Readiness",
@@ -106,4 +120,8 @@ __all__ = [
     "Tool",
     "ToolModule",
     "WebUIBundle",
+    "Worker",
+    "WorkerWake",
+    "add_job",
+    "add_worker",
 ]

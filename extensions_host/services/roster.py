@@ -51,10 +51,11 @@ def settled_consumer_cursor_initialise(*, extension_id: str) -> None:
     (`conversations.models.SettledCounter.value`), so a new consumer does not replay all
     history and a resumed one replays exactly what it missed (spec 02 §2 step 2).
 
-    Runs inside `roster_sync`'s transaction. The settled-delivery work owns the cursor table and
-    fills this in; until then there is nothing to initialise.
+    Runs inside `roster_sync`'s transaction; the cursor table belongs to background delivery.
     """
-    return None
+    from extensions_host.background.services.settled import settled_cursor_initialise
+
+    settled_cursor_initialise(extension_id=extension_id)
 
 
 def roster_sync(*, extensions: dict[str, LoadedExtension] | None = None) -> SyncReport:
@@ -279,6 +280,9 @@ def extension_purge(*, extension_id: str, actor: str) -> dict[str, int]:
             "records": row.records.count(),
             "documents": row.documents.count(),
         }
+        from extensions_host.background.services.purge import extension_background_purge
+
+        removed |= extension_background_purge(extension_id=extension_id)
         row.delete()  # cascades to records, documents, declarations and usage
         audit_record(actor=actor, action="extension_purged", target=extension_id, detail=removed)
     return removed

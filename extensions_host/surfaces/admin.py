@@ -10,7 +10,6 @@ from extensions_host.surfaces.models import (
     AmbientSurface,
     AttentionItem,
     Interaction,
-    NotificationEvent,
     ToolCallResult,
 )
 
@@ -53,9 +52,3 @@ class ToolCallResultAdmin(_ReadOnly):
     list_filter = ["ok", "extension_id"]
     search_fields = ["tool_call_id", "reason"]
 
-
-@admin.register(NotificationEvent)
-class NotificationEventAdmin(_ReadOnly):
-    list_display = ["type", "conversation_id", "user", "title", "created_at", "delivered_at"]
-    list_filter = ["type"]
-    search_fields = ["conversation_id", "title"]

@@ -176,32 +176,3 @@ class ToolCallResult(models.Model):
     def __str__(self) -> str:
         return f"run {self.run_id} {self.tool_call_id} ({'ok' if self.ok else 'failed'})"
 
-
-class NotificationEvent(models.Model):
-    """A notification for the notifiers (spec 05): written in the transaction of the change
-    that caused it; `delivered_at` is set by the delivery worker."""
-
-    type = models.CharField(max_length=32)
-    # no foreign key: the event outlives what it describes
-    conversation_id = models.CharField(max_length=64, blank=True, default="")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    title = models.CharField(max_length=200)
-    body = models.TextField(blank=True, default="")
-    url = models.CharField(max_length=2048, blank=True, default="")
-    payload = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["id"]
-        indexes = [
-            # consumed by notification delivery: undelivered events in order
-            models.Index(
-                fields=["id"], name="notification_pending_idx", condition=Q(delivered_at=None)
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.type} {self.conversation_id}"

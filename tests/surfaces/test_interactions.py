@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from conversations.models import Conversation
+from extensions_host.contributions.models import Notification
 from extensions_host.sdk import StateError
-from extensions_host.surfaces.models import Interaction, NotificationEvent
+from extensions_host.surfaces.models import Interaction
 
 from .conftest import in_frame
 from .exts import make_ext
@@ -42,14 +43,14 @@ def test_seeding_a_pending_interaction_stores_it_and_records_a_notification(
     assert snapshot["options"] == ["yes", "no"]
     assert snapshot["extension"] == "ask"
     assert isinstance(snapshot["created_at"], int) and snapshot["settled_at"] is None
-    event = NotificationEvent.objects.get()
-    assert (event.type, event.conversation_id, event.user_id) == (
+    event = Notification.objects.get()
+    assert (event.type, event.conversation_id, event.user) == (
         "interaction.pending",
         "c1",
-        owner.pk,
+        owner.username,
     )
     assert event.url == "https://hyphae.example/inspect/c1"
-    assert event.payload == {"call_id": "call-1", "extension": "ask", "kind": "approval"}
+    assert (event.title, event.body) == ("ask: approval", "Deploy to production?")
     assert Conversation.objects.get(pk="c1").version == before + 1
 
 
@@ -75,7 +76,7 @@ def test_seeding_a_terminal_record_is_a_no_op(install, conversation):
 
     assert outcome.value is False
     assert not Interaction.objects.exists()
-    assert not NotificationEvent.objects.exists()
+    assert not Notification.objects.exists()
 
 
 def test_seeding_over_a_terminal_record_is_a_no_op(install, conversation):
@@ -106,7 +107,7 @@ def test_reseeding_a_pending_record_replaces_it_without_a_second_notification(
 
     stored = Interaction.objects.get()
     assert (stored.kind, stored.prompt) == ("choice", "Which one?")
-    assert NotificationEvent.objects.count() == 1
+    assert Notification.objects.count() == 1
 
 
 def test_an_undeclared_kind_is_a_bound_error(install, conversation):

@@ -331,3 +331,25 @@ def notifier_health() -> list[dict[str, Any]]:
                 }
             )
     return result
+
+
+def notification_run_settled(*, run_id: int) -> Notification | None:
+    """`run.settled` for the conversation's owner, after the settle committed (best-effort,
+    like every notification). Nothing is recorded when no loaded extension declares a
+    notifier, so settling stays cheap for the common case."""
+    if not any(loaded.definition.contributions.notifiers for loaded in registry.loaded().values()):
+        return None
+    from conversations.models import Run
+
+    run = Run.objects.select_related("conversation__owner").filter(pk=run_id).first()
+    if run is None:
+        return None
+    body = run.outcome if not run.reason else f"{run.outcome}: {run.reason}"
+    with transaction.atomic():
+        return notification_emit(
+            type=NotificationType.RUN_SETTLED,
+            user=run.conversation.owner,
+            title=f"Run settled in {run.conversation.name or run.conversation_id}",
+            body=body,
+            conversation_id=run.conversation_id,
+        )

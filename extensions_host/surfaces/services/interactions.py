@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from pydantic import ValidationError
 
@@ -18,10 +17,10 @@ from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from core import clock
 from core.auth import Principal
-from core.errors import HostError, bound_text
+from core.errors import HostError
 from extensions_host.runtime.current import Frame
 from extensions_host.sdk import StateError
-from extensions_host.surfaces.models import Interaction, InteractionStatus, NotificationEvent
+from extensions_host.surfaces.models import Interaction, InteractionStatus
 from extensions_host.surfaces.services.common import (
     conversation_exists,
     conversations_touch,
@@ -204,16 +203,14 @@ def _answer_check(answer: Any) -> None:
 
 
 def _notify_pending(*, conversation_id: str, extension_id: str, spec: InteractionRecord) -> None:
-    owner_id = (
-        Conversation.objects.filter(pk=conversation_id).values_list("owner_id", flat=True).first()
-    )
-    public = settings.HOST_PUBLIC_URL.rstrip("/")
-    NotificationEvent.objects.create(
+    """`interaction.pending` for the conversation's owner, in this frame's transaction."""
+    from extensions_host.contributions.services.notify import notification_emit
+
+    owner = Conversation.objects.select_related("owner").get(pk=conversation_id).owner
+    notification_emit(
         type="interaction.pending",
+        user=owner,
+        title=f"{extension_id}: {spec.kind}",
+        body=spec.prompt,
         conversation_id=conversation_id,
-        user_id=owner_id,
-        title=bound_text(f"{extension_id}: {spec.kind}", 200),
-        body=bound_text(spec.prompt, 2000),
-        url=f"{public}/inspect/{conversation_id}" if public else "",
-        payload={"call_id": spec.call_id, "extension": extension_id, "kind": spec.kind},
     )
