@@ -23,7 +23,8 @@ from core import clock
 from core.errors import HostError, bound_text
 from core.services import audit_record
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime.transient import with_transient_retries
+from extensions_host.runtime.current import TransientDatabaseError
+from extensions_host.runtime.transient import is_transient, with_transient_retries
 from extensions_host.sdk import ExtensionStop, SdkError
 from extensions_host.services.recovery import auto_resume_next_at
 
@@ -172,7 +173,16 @@ def extension_stop(
                 applied, stored = write()
         else:
             applied, stored = with_transient_retries(durable_write)
-    except (DatabaseError, HostError) as exc:
+    except DatabaseError as exc:
+        if enclosing and is_transient(exc):
+            # inside a page: a deadlock/serialization failure retries the whole page; the stop
+            # is written again on the retry, so nothing is lost
+            raise TransientDatabaseError(str(exc)) from exc
+        _log(extension_id, hook, text, event_id, cause_text, durable=False)
+        raise HostError(
+            "store", "unavailable", f"Extension {extension_id} stop status is unavailable"
+        ) from exc
+    except HostError as exc:
         _log(extension_id, hook, text, event_id, cause_text, durable=False)
         raise HostError(
             "store", "unavailable", f"Extension {extension_id} stop status is unavailable"
