@@ -3,7 +3,9 @@
 Every change goes through the services (events, versions, locks), so the admin only shows
 rows; staff act through the API or the actions of later issues. Lists select their relations
 up front so a page is a fixed number of queries, and a conversation links to its (filtered)
-entries, submissions and runs instead of inlining an unbounded transcript.
+entries, submissions and runs instead of inlining an unbounded transcript; its page shows the
+newest of each, the projection preview, attention, ambient surfaces and interactions, and
+links to the live inspector and the artifact debug view.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -36,7 +38,17 @@ def _changelist(model: type, label: str, conversation_id: str) -> str:
 
 @admin.register(Conversation)
 class ConversationAdmin(ReadOnlyAdmin):
-    list_display = ("id", "name", "owner", "sharing", "archived", "last_activity_at", "version")
+    change_form_template = "admin/conversations/conversation/change_form.html"
+    list_display = (
+        "id",
+        "name",
+        "owner",
+        "sharing",
+        "archived",
+        "last_activity_at",
+        "version",
+        "inspect",
+    )
     list_filter = ("sharing", "archived")
     search_fields = ("id", "name", "owner__username")
     list_select_related = ("owner",)
@@ -61,6 +73,25 @@ class ConversationAdmin(ReadOnlyAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # deleting cascades to the transcript, submissions and runs: superusers only
         return bool(request.user.is_superuser)
+
+    @admin.display(description="live")
+    def inspect(self, obj: Conversation) -> str:
+        return format_html('<a href="{}">inspect</a>', reverse("inspector:page", args=[obj.pk]))
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        from inspector.console import conversation_sections
+
+        extra = dict(extra_context or {})
+        if Conversation.objects.filter(pk=object_id).exists():
+            extra["console"] = conversation_sections(user=request.user, conversation_id=object_id)
+            extra["conversation_id"] = object_id
+        return super().change_view(request, object_id, form_url, extra)
 
     @admin.display(description="transcript and queue")
     def related(self, obj: Conversation) -> str:

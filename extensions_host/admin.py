@@ -1,14 +1,23 @@
-"""The staff console for extensions: status, reasons, grants, resume and admission."""
+"""The staff console for extensions: status, reasons, grants, resume and admission.
+
+The list shows each extension's figures at a glance (status badge, version, revision, grants,
+settled lag, timers, restarts, usage against quota) in a fixed number of queries; the page of
+one extension adds its stop, grants (editable, with a confirmation), settings, secret keys,
+cursor, timers, records browser, documents, attention items, jobs, workers and audit trail.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from core.errors import HostError
@@ -19,30 +28,90 @@ from extensions_host.models import (
     ExtensionStatus,
     RosterEntry,
 )
-from extensions_host.services.quotas import usage_totals
+from extensions_host.services.quotas import quota_limit, usage_totals
 from extensions_host.services.roster import (
     extension_admit_grants,
     extension_purge,
     extension_resume,
 )
 
-_BADGE = {
-    ExtensionStatus.RUNNING: "#1a7f37",
-    ExtensionStatus.STOPPED: "#cf222e",
-    ExtensionStatus.UNINSTALLED: "#6e7781",
-}
+MSG_GRANTS_NOT_REQUESTED = "Only grants the extension requests can be admitted."
+MSG_CONFIRM_GRANTS = "Tick the confirmation to change the admitted grants: {change}."
+FILTER_MAX = 256
+
+
+def _compact(n: int) -> str:
+    """100000 → "100k", 2500000 → "2.5M": quota figures that fit in a list column."""
+    for suffix, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + suffix
+    return str(n)
+
+
+def status_badge(status: str) -> str:
+    return format_html('<span class="hy-badge hy-{}">{}</span>', status, status)
+
+
+class RosterEntryForm(forms.ModelForm):
+    """Admitted grants as checkboxes over what the extension requests; a change takes an
+    explicit confirmation (granting lets the extension act, revoking stops what it does)."""
+
+    admitted_grants = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Only requested grants can be admitted.",
+    )
+    confirm_grants = forms.BooleanField(
+        required=False,
+        label="Confirm grant change",
+        help_text="Required when the admitted grants change.",
+    )
+
+    class Meta:
+        model = RosterEntry
+        fields = ["admitted_grants", "auto_resume", "deadline_seconds", "quotas"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        requested = set(self.instance.requested_grants or [])
+        admitted = set(self.instance.admitted_grants or [])
+        self.fields["admitted_grants"].choices = [  # type: ignore[attr-defined]
+            (grant, grant if grant in requested else f"{grant} (no longer requested)")
+            for grant in sorted(requested | admitted)
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if "admitted_grants" not in self.changed_data:
+            return cleaned
+        before = set(self.instance.admitted_grants or [])
+        after = set(cleaned.get("admitted_grants") or [])
+        if after - set(self.instance.requested_grants or []):
+            self.add_error("admitted_grants", MSG_GRANTS_NOT_REQUESTED)
+        elif not cleaned.get("confirm_grants"):
+            change = ", ".join(
+                [f"admit {g}" for g in sorted(after - before)]
+                + [f"revoke {g}" for g in sorted(before - after)]
+            )
+            self.add_error("confirm_grants", MSG_CONFIRM_GRANTS.format(change=change))
+        return cleaned
 
 
 @admin.register(RosterEntry)
 class RosterEntryAdmin(admin.ModelAdmin):
+    form = RosterEntryForm
+    change_form_template = "admin/extensions_host/rosterentry/change_form.html"
     list_display = [
         "id",
         "status_badge",
         "version",
         "short_revision",
-        "admitted",
-        "restart_count",
-        "stopped_at",
+        "grants",
+        "lag",
+        "timers",
+        "restarts",
+        "usage_vs_quota",
+        "stop_reason",
     ]
     list_filter = ["status", "auto_resume"]
     search_fields = ["id", "reason"]
@@ -75,7 +144,10 @@ class RosterEntryAdmin(admin.ModelAdmin):
             "Stop",
             {"fields": ["reason", "stopped_at", "failing_hook", "stop_event_id", "last_error"]},
         ),
-        ("Grants", {"fields": ["requested_grants", "admitted_grants", "pending"]}),
+        (
+            "Grants",
+            {"fields": ["requested_grants", "admitted_grants", "pending", "confirm_grants"]},
+        ),
         (
             "Recovery",
             {"fields": ["auto_resume", "restart_count", "next_auto_resume_at", "deadline_seconds"]},
@@ -93,17 +165,78 @@ class RosterEntryAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # purging an uninstalled extension's data is a separate, audited action
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RosterEntry]:
+        from inspector.console import roster_list_annotate
+
+        queryset = super().get_queryset(request)
+        # the per-row figures only on the list (the change page reads its own sections)
+        if request.resolver_match and request.resolver_match.url_name.endswith("changelist"):
+            queryset = roster_list_annotate(queryset)
+        return queryset
+
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: RosterEntry) -> str:
-        return format_html('<b style="color:{}">{}</b>', _BADGE.get(obj.status, "#000"), obj.status)
+        return status_badge(obj.status)
 
     @admin.display(description="revision")
     def short_revision(self, obj: RosterEntry) -> str:
-        return obj.revision[:12]
+        return format_html('<code title="{}">{}</code>', obj.revision, obj.revision[:12])
 
-    @admin.display(description="admitted grants")
-    def admitted(self, obj: RosterEntry) -> str:
-        return ", ".join(obj.admitted_grants)
+    @admin.display(description="grants")
+    def grants(self, obj: RosterEntry) -> str:
+        pending = obj.pending_grants
+        admitted = ", ".join(obj.admitted_grants) or "none"
+        if not pending:
+            return admitted
+        return format_html(
+            '{} <span class="hy-badge hy-warning" title="requested, not admitted: {}">'
+            "+{} pending</span>",
+            admitted,
+            ", ".join(pending),
+            len(pending),
+        )
+
+    @admin.display(description="lag")
+    def lag(self, obj: RosterEntry) -> str:
+        position = getattr(obj, "settled_position", None)
+        if position is None:
+            return "—"
+        lag = max(obj.core_cursor - position, 0)  # type: ignore[attr-defined]
+        return format_html('<span class="hy-num{}">{}</span>', " hy-hot" if lag else "", lag)
+
+    @admin.display(description="timers due / all")
+    def timers(self, obj: RosterEntry) -> str:
+        due = getattr(obj, "timers_due", 0)
+        pending = getattr(obj, "timers_pending", 0)
+        return format_html(
+            '<span class="hy-num{}">{}</span> / {}', " hy-hot" if due else "", due, pending
+        )
+
+    @admin.display(description="restarts", ordering="restart_count")
+    def restarts(self, obj: RosterEntry) -> int:
+        return obj.restart_count
+
+    @admin.display(description="usage / quota")
+    def usage_vs_quota(self, obj: RosterEntry) -> str:
+        records = getattr(obj, "usage_records", 0)
+        size = getattr(obj, "usage_bytes", 0)
+        max_records = quota_limit(overrides=obj.quotas, name="max_records")
+        max_bytes = quota_limit(overrides=obj.quotas, name="max_bytes")
+        return format_html(
+            '<span class="hy-nowrap">{} / {} records</span><br>'
+            '<span class="hy-nowrap">{} / {}</span>',
+            records,
+            _compact(max_records),
+            filesizeformat(size),
+            filesizeformat(max_bytes),
+        )
+
+    @admin.display(description="stop reason")
+    def stop_reason(self, obj: RosterEntry) -> str:
+        if obj.status != ExtensionStatus.STOPPED:
+            return ""
+        reason = obj.reason if len(obj.reason) <= 120 else obj.reason[:119] + "…"
+        return format_html('<span class="hy-reason" title="{}">{}</span>', obj.reason, reason)
 
     @admin.display(description="requested, not admitted")
     def pending(self, obj: RosterEntry) -> str:
@@ -113,6 +246,71 @@ class RosterEntryAdmin(admin.ModelAdmin):
     def usage(self, obj: RosterEntry) -> str:
         records, size = usage_totals(extension_id=obj.id)
         return f"{records} records, {size} bytes"
+
+    def get_urls(self) -> list:
+        resume = path(
+            "<str:extension_id>/resume/",
+            self.admin_site.admin_view(self.resume_view),
+            name="extensions_host_rosterentry_resume",
+        )
+        return [resume, *super().get_urls()]
+
+    def resume_view(self, request: HttpRequest, extension_id: str) -> HttpResponse:
+        """Resume one extension from its page: a confirmation page, then the audited resume."""
+        if not self.has_change_permission(request):
+            return HttpResponse(status=403)
+        stopped = RosterEntry.objects.filter(pk=extension_id, status=ExtensionStatus.STOPPED)
+        change_url = reverse("admin:extensions_host_rosterentry_change", args=[extension_id])
+        if not stopped.exists():
+            if not RosterEntry.objects.filter(pk=extension_id).exists():
+                raise Http404("Extension not found")
+            self.message_user(request, f"{extension_id} is not stopped.", messages.WARNING)
+            return HttpResponseRedirect(change_url)
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            extension_resume(extension_id=extension_id, actor=request.user.get_username())
+            self.message_user(request, f"Resumed {extension_id}.", messages.SUCCESS)
+            return HttpResponseRedirect(change_url)
+        page = self._confirmed(
+            request,
+            stopped,
+            action="resume_selected",
+            title=f"Resume {extension_id}",
+            message="This stopped extension will run again (auto-resume counters reset).",
+            confirm_label="Yes, resume",
+        )
+        assert page is not None
+        return page
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        from inspector.console import extension_sections
+
+        row = RosterEntry.objects.filter(pk=object_id).first()
+        extra = dict(extra_context or {})
+        if row is not None:
+            filters = {
+                name: request.GET.get(name, "")[:FILTER_MAX]
+                for name in ("collection", "key", "index")
+            }
+            extra["console"] = extension_sections(row, filters=filters)
+            extra["row"] = row
+        return super().change_view(request, object_id, form_url, extra)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # Not wrapped in the admin's usual transaction: every write of this page goes through
+        # a service with its own (durable) transaction, which cannot nest in another one.
+        return self._changeform_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: RosterEntry, form: Any, change: bool) -> None:
         if "admitted_grants" in form.changed_data:
@@ -237,9 +435,10 @@ class _ReadOnly(admin.ModelAdmin):
 
 @admin.register(ExtensionRecord)
 class ExtensionRecordAdmin(_ReadOnly):
-    list_display = ["extension", "collection", "key", "index", "size_bytes", "preview"]
+    list_display = ["extension_id", "collection", "key", "index", "size_bytes", "preview"]
     list_filter = ["extension", "collection"]
     search_fields = ["key", "index"]
+    show_full_result_count = False  # no COUNT(*) over millions of records on every page
 
     @admin.display(description="value")
     def preview(self, obj: ExtensionRecord) -> str:
@@ -248,10 +447,12 @@ class ExtensionRecordAdmin(_ReadOnly):
 
 @admin.register(ExtensionDocument)
 class ExtensionDocumentAdmin(_ReadOnly):
-    list_display = ["extension", "name", "conversation", "updated_at"]
+    list_display = ["extension_id", "name", "conversation_id", "updated_at"]
     list_filter = ["extension", "name"]
+    search_fields = ["conversation__id"]
+    show_full_result_count = False
 
 
 @admin.register(DocumentDeclaration)
 class DocumentDeclarationAdmin(_ReadOnly):
-    list_display = ["extension", "name", "max_bytes", "fork"]
+    list_display = ["extension_id", "name", "max_bytes", "fork"]

@@ -1,0 +1,1 @@
+"""The live inspector page (`/inspect/<conversation>`) and the staff console's reads."""

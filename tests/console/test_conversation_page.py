@@ -1,0 +1,59 @@
+"""The conversation page of the console: entries, submissions, runs, projection preview,
+attention, ambient, interactions, and links to the inspector and the artifact debug view."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from .conftest import STOP_REASON
+from .data import fill_host
+from .exts import flaky, keeper
+
+PAGE = reverse("admin:conversations_conversation_change", args=["c1"])
+
+
+@pytest.fixture
+def host(install, owner):
+    install(keeper(), flaky())
+    return fill_host(owner)
+
+
+def section(html: str, element_id: str) -> str:
+    start = html.index(f'id="{element_id}"')
+    return html[start : html.index("</div>", start)]
+
+
+def test_the_page_shows_the_newest_entries_submissions_and_runs(console, host):
+    html = console.get(PAGE).content.decode()
+
+    entries = section(html, "hy-entries")
+    assert "hello keeper" in entries and "echo: hello keeper" in entries
+    assert "3 of 3" in entries  # a queued prompt is in the transcript already
+    submissions = section(html, "hy-submissions")
+    assert "queued" in submissions and "claimed" not in submissions
+    assert "answered" in section(html, "hy-runs")
+
+
+def test_the_page_previews_the_projection_with_stopped_slots_and_their_reasons(console, host):
+    projection = section(console.get(PAGE).content.decode(), "hy-projection")
+
+    assert "keeper" in projection and "&quot;notes&quot;: 2" in projection
+    assert "flaky" in projection and STOP_REASON in projection
+
+
+def test_the_page_shows_attention_ambient_and_interactions(console, host):
+    html = console.get(PAGE).content.decode()
+
+    assert "Review the launch plan" in section(html, "hy-attention")
+    assert "2 of 3 done" in section(html, "hy-ambient")
+    assert "Ship it?" in section(html, "hy-interactions")
+
+
+def test_the_page_links_to_the_live_inspector_and_the_artifact_debug_view(console, host):
+    html = console.get(PAGE).content.decode()
+
+    assert reverse("inspector:page", args=["c1"]) in html
+    assert reverse("admin:artifacts_world_debug", args=["c1"]) in html
+    listing = console.get(reverse("admin:conversations_conversation_changelist")).content
+    assert reverse("inspector:page", args=["c1"]).encode() in listing

@@ -1,0 +1,70 @@
+"""The admin index: the figures that matter at a glance."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from extensions_host.background.models import Timer
+from extensions_host.services.roster import extension_resume
+
+from .conftest import STOP_REASON
+from .data import fill_host
+from .exts import flaky, keeper
+
+
+@pytest.fixture
+def host(install, owner):
+    install(keeper(), flaky())
+    return fill_host(owner)
+
+
+def figure(html: str, element_id: str) -> str:
+    match = re.search(rf'id="{element_id}"[^>]*>([^<]*)<', html)
+    assert match, element_id
+    return match.group(1).strip()
+
+
+def test_the_dashboard_shows_stopped_extensions_with_their_reasons(console, host):
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert figure(html, "hy-running") == "1"
+    assert figure(html, "hy-stopped-count") == "1"
+    stopped = html[html.index('id="hy-stopped"') :]
+    assert "flaky" in stopped and STOP_REASON in stopped
+    assert reverse("admin:extensions_host_rosterentry_resume", args=["flaky"]) in stopped
+
+
+def test_the_dashboard_shows_lag_timer_backlog_failed_jobs_and_notifier_failures(console, host):
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert figure(html, "hy-max-lag") == "1"  # keeper's cursor is 0, one run settled
+    assert figure(html, "hy-timers-due") == "1"
+    assert re.search(r"2 pending · oldest due \d+ s ago", html)
+    assert figure(html, "hy-failed-jobs") == "1"
+    assert "nightly failed: timeout" in html
+    assert figure(html, "hy-notifier-failures") == "1"
+    assert "pager: connection refused" in html
+
+
+def test_the_dashboard_says_all_is_well_when_nothing_is_wrong(console, install, owner):
+    install(keeper())
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert "Every installed extension is running." in html
+    assert figure(html, "hy-stopped-count") == "0"
+    assert figure(html, "hy-timers-due") == "0"
+
+
+def test_resuming_clears_the_stopped_row_and_lists_the_resume_in_recent_audit(console, host):
+    extension_resume(extension_id="flaky", actor="staff")
+    Timer.objects.all().delete()
+
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert figure(html, "hy-stopped-count") == "0"
+    assert STOP_REASON not in html
+    audit = html[html.index('id="hy-audit"') :]
+    assert "extension_resumed" in audit and "flaky" in audit

@@ -1,0 +1,82 @@
+"""Every admin page of every model loads with data present, and the busiest lists stay within
+a fixed number of queries however many rows they show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.urls import reverse
+
+from conversations.models import Conversation
+from core import clock
+from extensions_host.models import RosterEntry
+
+from .data import fill_host
+from .exts import keeper
+
+
+@pytest.fixture
+def host(install, owner) -> Any:
+    from .exts import flaky
+
+    install(keeper(), flaky())
+    return fill_host(owner)
+
+
+def test_every_changelist_change_and_add_page_loads_with_data_present(console, host, staff):
+    walked, empty = [], set()
+    for model, model_admin in admin.site._registry.items():
+        info = (model._meta.app_label, model._meta.model_name)
+        listing = console.get(reverse("admin:{}_{}_changelist".format(*info)))
+        assert listing.status_code == 200, info
+        if model_admin.search_fields:
+            searched = console.get(reverse("admin:{}_{}_changelist".format(*info)), {"q": "c1"})
+            assert searched.status_code == 200, info
+        row = model._default_manager.order_by("pk").first()
+        if row is None:
+            empty.add(info)
+            continue
+        change = console.get(reverse("admin:{}_{}_change".format(*info), args=[row.pk]))
+        assert change.status_code == 200, info
+        walked.append(info)
+        request = listing.wsgi_request
+        if model_admin.has_add_permission(request):
+            assert console.get(reverse("admin:{}_{}_add".format(*info))).status_code == 200, info
+    assert empty == set()  # the filled host has a row of every model: every page is walked
+    assert len(walked) >= 25
+    index = console.get(reverse("admin:index"))
+    assert index.status_code == 200
+
+
+def _extensions(n: int) -> None:
+    RosterEntry.objects.bulk_create(
+        RosterEntry(id=f"ext{i:03}", version="1", revision="r" * 64, admitted_grants=["state"])
+        for i in range(n)
+    )
+
+
+@pytest.mark.parametrize("rows", [5, 60])
+def test_the_extension_list_takes_a_fixed_number_of_queries(
+    console, db, rows, django_assert_max_num_queries
+):
+    _extensions(rows)
+    with django_assert_max_num_queries(8):
+        page = console.get(reverse("admin:extensions_host_rosterentry_changelist"))
+    assert page.status_code == 200
+    assert page.content.decode().count('class="hy-badge hy-running"') == min(rows, 100)
+
+
+@pytest.mark.parametrize("rows", [5, 60])
+def test_the_conversation_list_takes_a_fixed_number_of_queries(
+    console, staff, rows, django_assert_max_num_queries
+):
+    Conversation.objects.bulk_create(
+        Conversation(id=f"conv{i:03}", owner=staff, last_activity_at=clock.now())
+        for i in range(rows)
+    )
+    with django_assert_max_num_queries(8):
+        page = console.get(reverse("admin:conversations_conversation_changelist"))
+    assert page.status_code == 200
+    assert page.content.decode().count("/inspect/conv") == min(rows, 100)
