@@ -24,6 +24,7 @@ from artifacts.models import Event, EventKind, Operation, Record, Save, World
 from artifacts.selectors import WorldView, world_view
 from artifacts.services.sql import lock_world
 from conversations.models import Conversation
+from conversations.services.common import conversation_touch
 from core.errors import HostError
 
 MSG_WORLD_NOT_FOUND = "Conversation not found"
@@ -181,10 +182,12 @@ class WorldMutation:
         return True
 
     def flush(self) -> None:
-        """Write the buffered events, the mirrored record columns and the counter."""
+        """Write the buffered events, the mirrored record columns and the counter; bump the
+        conversation's version so live views (the event stream) see the artifact change."""
         if self._events:
             Event.objects.bulk_create(self._events)
             self._events = []
+            conversation_touch(conversation_id=self.world_id, changed="artifacts")
         if self._superseded:
             Record.objects.filter(pk__in=self._superseded).update(superseded=True)
             self._superseded = set()

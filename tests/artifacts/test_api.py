@@ -237,9 +237,9 @@ def test_writes_need_the_runtime(world, api, owner, who, expected):
     [
         ("private", "owner", 200),
         ("private", "outsider", 404),
-        ("private", "anonymous", 404),
+        ("private", "anonymous", 401),  # spec 01: authentication first
         ("users", "outsider", 200),
-        ("users", "anonymous", 404),
+        ("users", "anonymous", 401),
         ("public", "anonymous", 200),
         ("private", "staff", 200),
     ],

@@ -476,11 +476,12 @@ def _statements(queries) -> list[str]:
 
 @pytest.mark.parametrize(
     ("save", "statements"),
-    [("commit", 3), ("operation", 4), ("none", 4)],
+    [("commit", 3), ("operation", 5), ("none", 5)],
 )
 def test_an_emit_costs_a_handful_of_statements(world, save, statements):
-    """Lock the world, read everything the decision needs, insert the record (and its events,
-    when it has any yet): however many records the attempt already has."""
+    """Lock the world, read everything the decision needs, insert the record (and its events
+    plus the conversation's version bump, when it has any yet): however many records the
+    attempt already has."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

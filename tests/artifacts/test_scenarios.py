@@ -470,3 +470,19 @@ def test_the_artifacts_version_grows_with_every_change(world):
     assert artifacts_version(world_id="world-1") == 1
     services.operation_mark_core_committed(context=op, head="h1")  # bind_head + activate
     assert artifacts_version(world_id="world-1") == 3
+
+
+def test_an_artifact_change_bumps_the_conversation_version_for_live_views(world):
+    from conversations.models import Conversation
+
+    def version() -> int:
+        return Conversation.objects.get(pk="world-1").version
+
+    op = op_context()
+    ctx = started(op, decl(save="commit"))
+    before = version()
+    services.operation_mark_core_committed(context=op, head="h1")
+    assert version() > before  # bind + activate reach the event stream
+    before = version()
+    emit(ctx, payload="second", tool_call_id="call-2")
+    assert version() > before
