@@ -480,6 +480,7 @@ def test_an_artifact_change_bumps_the_conversation_version_for_live_views(world)
 
     op = op_context()
     ctx = started(op, decl(save="commit"))
+    emit(ctx, payload="first")
     before = version()
     services.operation_mark_core_committed(context=op, head="h1")
     assert version() > before  # bind + activate reach the event stream
