@@ -1,0 +1,59 @@
+"""B-artifact-emit set-up: one world (a conversation), one running operation and one request
+attempt whose declaration allows as many emits as a run can make."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+MAX_EMITS = 100_000
+
+
+def emit_world_prepare(*, world_id: str) -> dict[str, Any]:
+    """Create the world and begin its operation and attempt; the request context as JSON data
+    (the drivers rebuild it with `request_context_from`)."""
+    from artifacts.services import operation_begin, request_attempt_begin
+    from artifacts.types import Declaration, OperationContext, RequestContext
+    from bench.volume import conversations_insert
+
+    conversations_insert(prefix=world_id, count=1)
+    operation = OperationContext(
+        world_id=f"{world_id}0",
+        parent_head="h0",
+        operation_id=f"{world_id}-op",
+        preset_id="bench",
+        preset_revision="r1",
+        preset_scripts_enabled=False,
+    )
+    context = RequestContext(
+        operation=operation,
+        request_id="bench-req",
+        request_attempt=1,
+        max_artifact_bytes=2**40,
+        declarations=(
+            Declaration(
+                name="panel",
+                channel="main",
+                content_type="text/markdown",
+                save="operation",
+                strategy="append",
+                invalidation="never",
+                max_emits=MAX_EMITS,
+            ),
+        ),
+    )
+    operation_begin(context=operation)
+    request_attempt_begin(context=context)
+    return asdict(context)
+
+
+def request_context_from(data: dict[str, Any]) -> Any:
+    from artifacts.types import Declaration, OperationContext, RequestContext
+
+    return RequestContext(
+        operation=OperationContext(**data["operation"]),
+        request_id=data["request_id"],
+        request_attempt=data["request_attempt"],
+        max_artifact_bytes=data["max_artifact_bytes"],
+        declarations=tuple(Declaration(**d) for d in data["declarations"]),
+    )
