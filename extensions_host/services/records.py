@@ -103,12 +103,16 @@ def record_page(
 
 def record_put(*, frame: Frame, collection: str, spec: Collection[Any], value: Any) -> None:
     key, index, encoded, size = encode_record(spec, collection, value)
-    existing = (
-        ExtensionRecord.objects.select_for_update()
+    rows = list(
+        # `of=self` and no ordering: the model's default ordering joins the roster, and a plain
+        # FOR UPDATE would then lock the extension's roster row (which every frame holds
+        # FOR SHARE) — serialising the extension's writers and risking deadlocks.
+        ExtensionRecord.objects.select_for_update(of=("self",))
         .filter(extension_id=frame.extension_id, collection=collection, key=key)
-        .values_list("pk", "size_bytes")
-        .first()
+        .order_by()
+        .values_list("pk", "size_bytes")[:1]
     )
+    existing = rows[0] if rows else None
     if existing is None:
         usage_charge(frame=frame, records=1, size=size)
         ExtensionRecord.objects.create(

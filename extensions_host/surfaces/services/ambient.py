@@ -69,7 +69,7 @@ def _writable(frame: Frame, keys: tuple[str, ...], conversation_id: str, key: st
     if not conversation_exists(conversation_id):
         raise StateError("bound", MSG_CONVERSATION_MISSING)
     owner = (
-        AmbientSurface.objects.select_for_update()
+        AmbientSurface.objects.select_for_update(of=("self",))
         .filter(conversation_id=conversation_id, key=key)
         .values_list("extension_id", flat=True)
         .first()
