@@ -14,7 +14,9 @@
    SDK errors go back to the caller), async crossings, invalid results, guard defects;
 6. host-transient database errors (deadlock, serialization, lock timeout, lost connection):
    the frame is retried from the start with backoff, never a stop;
-7. on success: usage deltas, version bumps of observed conversations, watchers after commit.
+7. on success: usage deltas, version bumps of observed conversations, watchers after commit;
+8. a worker delivery of an `item` is counted outside the database: one that keeps killing its
+   process stops the extension instead of looping (`crashes.py`).
 
 A failed frame is rolled back first; the stop is then recorded in its own transaction, or, in
 a page, in the page's transaction (so it commits with the page).
@@ -26,7 +28,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -39,6 +41,7 @@ from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
 from extensions_host.runtime.context import HookContext
+from extensions_host.runtime.crashes import crashed_reason, delivery_counted
 from extensions_host.runtime.current import (
     Frame,
     FrameDefect,
@@ -181,6 +184,7 @@ def run_frame(
     observe: Iterable[str] = (),
     retry_attempt: int = 0,
     caller: Caller | None = None,
+    item: str | None = None,
 ) -> FrameOutcome:
     """Run `call(ctx)` — which calls the extension's hook — in a frame (see module docstring).
 
@@ -188,6 +192,9 @@ def run_frame(
     meanwhile); `validate(result)` checks/encodes the result (raise `InvalidResult` → stop);
     `finish(result)` is host bookkeeping committed with the hook's effects. `retry_attempt` is
     how many times this item already asked to `Retry` (past the bound it counts as a defect).
+    `item` names the work item of a worker delivery (a timer, an outbox row, …): its deliveries
+    are counted outside the database, and one that keeps killing its process stops the
+    extension (`crashes.py`).
     """
     loaded = registry.get(extension_id)
     if loaded is None:
@@ -213,6 +220,7 @@ def run_frame(
             observe=observe,
             retry_attempt=retry_attempt,
             caller=caller,
+            item=item,
         )
 
     if page is not None:
@@ -236,10 +244,11 @@ def _attempt(
     observe: Iterable[str],
     retry_attempt: int,
     caller: Caller | None,
+    item: str | None,
 ) -> FrameOutcome:
     started = time.monotonic()
     try:
-        with _frame_transaction(page):
+        with _frame_transaction(page), ExitStack() as counted:
             # bound the wait for the roster row too (a sync or a stop may hold it FOR UPDATE)
             provisional = _deadline(None, loaded, boundary, deadline_s, page)
             deadlines.database_limits(provisional)
@@ -250,6 +259,10 @@ def _attempt(
             assert row is not None
             if prepare is not None and prepare() is False:
                 return FrameOutcome(status="skipped", skip="prepare", hook=hook)
+            if item is not None and counted.enter_context(
+                delivery_counted(extension_id=loaded.id, hook=hook, item=item)
+            ):
+                raise _Rollback(_Failure("stop", hook, crashed_reason(hook)))
             limit = _deadline(row, loaded, boundary, deadline_s, page)
             if limit != provisional:  # a staff override on the row
                 deadlines.database_limits(limit)

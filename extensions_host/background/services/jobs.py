@@ -271,6 +271,7 @@ def _run_action(page: FramePage, declared: Declared, run: JobRun, attempt: int) 
         deadline_s=job.deadline_s,
         page=page,
         retry_attempt=attempt,
+        item=f"{run.scheduled_for}",
     )
 
 

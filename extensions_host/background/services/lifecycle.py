@@ -227,6 +227,7 @@ def _deliver_one(
         page=page,
         finish=finish,
         retry_attempt=row.retry_attempt,
+        item=f"{row.pk}",
     )
     if outcome.status == "retry":
         delay = math.ceil((outcome.retry_after or 1) * 1000)

@@ -119,6 +119,7 @@ def settled_deliver(*, extension_id: str, batch: int | None = None) -> bool:
         prepare=prepare,
         finish=finish,
         retry_attempt=attempt,
+        item="cursor",  # one position at a time per consumer: the one its cursor is at
     )
     if outcome.status == "retry":
         _retry_later(extension_id, outcome.retry_after)

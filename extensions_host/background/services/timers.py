@@ -268,6 +268,7 @@ def _fire_one(
         boundary="worker",
         page=page,
         retry_attempt=attempt,
+        item=f"{key}@{due_at}",
     )
     return outcome, keys
 

@@ -1,0 +1,217 @@
+"""Reliability with real processes: PostgreSQL, Celery prefork workers, a Redis broker
+(`TEST_BROKER_URL`) and a Redis cache shared with the workers. Each test is bounded (< 90 s on
+2 cores) and prints the figures `docs/reliability.md` reports.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from conversations.services.conversations import conversation_ensure
+from core import clock
+from extensions_host.background import tasks
+from extensions_host.background.models import Timer
+from extensions_host.background.services.common import enqueue
+from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
+from extensions_host.runtime import run_frame
+
+from .conftest import ready, wait_until
+from .exts import DEADLINE_S, FAULTY_ID, HEALTHY_IDS, SLEEP_S, Effect, Files, probe
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fresh_pools"),
+]
+
+
+def effects(extension_id: str) -> dict[str, Effect]:
+    rows = ExtensionRecord.objects.filter(extension_id=extension_id, collection="effect")
+    return {row.key: Effect.model_validate_json(row.value) for row in rows}
+
+
+def roster(extension_id: str) -> RosterEntry:
+    return RosterEntry.objects.get(pk=extension_id)
+
+
+def set_timers(extension_id: str, timers: dict[str, int]) -> None:
+    def body(ctx: Any) -> None:
+        for key, due in timers.items():
+            ctx.timers.set(key, due)
+
+    outcome = run_frame(
+        extension_id=extension_id, hook="test", call=body, failures="return", boundary="worker"
+    )
+    assert outcome.ok, outcome
+
+
+def worker_env(files: Files, cache_url: str | None = None, **extra: str) -> dict[str, str]:
+    env = {"HOST_AUTO_RESUME": "false", **files.env(), **extra}
+    if cache_url:
+        env["CACHE_URL"] = cache_url
+    return env
+
+
+def test_a_hook_that_kills_its_worker_is_quarantined_after_three_deliveries(
+    install, processes, shared_cache, files
+):
+    install("crasher", "steady")
+    env = worker_env(files, shared_cache)
+    processes.worker(concurrency=1, **env)
+    processes.worker(concurrency=1, **env)
+    processes.beat(processes.log_dir / "beat-schedule", **env)
+    ready(processes, 2)
+    now = clock.now_ms()
+    set_timers("crasher", {"boom": now - 1000})  # first in every page until quarantined
+    set_timers("crasher", {f"ok{n:02}": now + n for n in range(20)})
+    set_timers("steady", {f"s{n:03}": now + n for n in range(200)})
+    started = time.monotonic()
+    tasks.fire_timers.delay()
+
+    wait_until(
+        lambda: roster("crasher").status == ExtensionStatus.STOPPED
+        and not Timer.objects.filter(extension_id="steady").exists(),
+        timeout=75,
+        interval=0.2,
+    )
+    elapsed = time.monotonic() - started
+
+    row = roster("crasher")
+    assert row.reason == "on_timer crashed its worker"
+    assert files.delivered().count("boom") == 3  # three deaths, no fourth run: no loop
+    done = effects("steady")
+    assert len(done) == 200 and {e.n for e in done.values()} == {1}
+    assert Timer.objects.filter(extension_id="crasher", key="boom").exists()
+    logs = processes.logs()
+    assert "WorkerLostError" in logs or "exited with 'exitcode 1'" in logs
+    print(f"\nquarantined after 3 deaths; 200 healthy timers once; {elapsed:.1f}s")
+
+
+def test_a_hook_sleeping_ten_times_its_deadline_is_stopped_and_frees_its_worker(
+    install, processes, files
+):
+    install("sleeper", "steady")
+    processes.worker(concurrency=1, **worker_env(files))  # one slot: the next timer needs it
+    ready(processes, 1)
+    now = clock.now_ms()
+    set_timers("sleeper", {"slow": now - 10})
+    set_timers("steady", {"next": now - 5})  # same page, after the slow one, same slot
+    tasks.fire_timers.delay()
+    wait_until(lambda: "slow" in files.delivered(), timeout=30, interval=0.01)
+    hook_started = time.monotonic()
+
+    wait_until(lambda: "next" in effects("steady"), timeout=30, interval=0.01)
+    freed_after = time.monotonic() - hook_started
+    wait_until(
+        lambda: roster("sleeper").status == ExtensionStatus.STOPPED, timeout=30, interval=0.01
+    )
+
+    assert roster("sleeper").reason == "on_timer exceeded its deadline"
+    assert effects("sleeper") == {}  # rolled back
+    assert freed_after < SLEEP_S / 2  # about the deadline (0.5 s), far from the 5 s sleep
+    print(
+        f"\ndeadline {DEADLINE_S}s, sleep {SLEEP_S}s: stopped and the slot ran the next "
+        f"timer {freed_after:.2f}s after the hook started"
+    )
+
+
+def test_enqueue_after_commit_sends_no_task_for_a_rolled_back_write(
+    install, processes, owner, files
+):
+    install("outbox")
+    processes.worker(concurrency=2, **worker_env(files))
+    ready(processes, 1)
+    committed, rolled_back = [], []
+
+    class Abandon(Exception):
+        pass
+
+    for n in range(1000):
+        try:
+            with transaction.atomic():
+                # the service of the create endpoint, in a transaction that may roll back
+                conversation = conversation_ensure(owner=owner, name=f"w{n}").conversation
+                enqueue(lambda cid=conversation.pk: probe.delay(cid))
+                if n % 10 == 3:
+                    rolled_back.append(conversation.pk)
+                    raise Abandon
+            committed.append(conversation.pk)
+        except Abandon:
+            pass
+
+    wait_until(
+        lambda: len(files.probed()) >= len(committed) and len(effects("outbox")) >= len(committed),
+        timeout=75,
+        interval=0.2,
+    )
+    time.sleep(1)  # a stray late task for a rolled-back write would land in this second
+
+    assert len(committed) == 900 and len(rolled_back) == 100
+    assert sorted(files.probed()) == sorted(committed)  # 1 task per committed write, 0 others
+    assert set(effects("outbox")) == set(committed)  # lifecycle events only for committed rows
+    logs = _all_logs(processes)
+    assert "DoesNotExist" not in logs
+    received = len(re.findall(r"Task tests\.reliability\.probe\[[^\]]+\] received", logs))
+    assert received == 900
+    print(f"\n1,000 writes, 100 rolled back: {received} probe tasks, 0 DoesNotExist")
+
+
+def _all_logs(processes: Any) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in processes.log_dir.glob("*.log"))
+
+
+def test_one_faulty_extension_among_ten_is_stopped_and_the_other_nine_see_no_failure(
+    install, processes, files, owner, api, monkeypatch
+):
+    ids = [*HEALTHY_IDS, FAULTY_ID]
+    install(*ids)
+    monkeypatch.setenv("REL_DELIVERIES", str(files.deliveries))  # commands run here
+    processes.worker(concurrency=1, **worker_env(files))
+    processes.worker(concurrency=1, **worker_env(files))
+    processes.beat(processes.log_dir / "beat-schedule", **worker_env(files))
+    ready(processes, 2)
+    now = clock.now_ms()
+    for extension_id in ids:  # 700 timer events
+        set_timers(extension_id, {f"{n:03}": now + n for n in range(70)})
+    tasks.fire_timers.delay()
+    for n in range(20):  # 200 lifecycle events
+        conversation_ensure(owner=owner, name=f"c{n}")
+    client = api("service")
+    statuses: dict[str, list[int]] = {extension_id: [] for extension_id in ids}
+    for n in range(10):  # 100 commands through the API
+        for extension_id in ids:
+            response = client.post(
+                f"/v1/extensions/{extension_id}/commands/poke", {"key": f"p{n}"}, format="json"
+            )
+            statuses[extension_id].append(response.status_code)
+
+    def healthy_done() -> bool:
+        return (
+            all(len(effects(e)) == 100 for e in HEALTHY_IDS)
+            and not Timer.objects.filter(extension_id__in=HEALTHY_IDS).exists()
+        )
+
+    wait_until(healthy_done, timeout=75, interval=0.2)
+
+    bad = roster(FAULTY_ID)
+    assert bad.status == ExtensionStatus.STOPPED
+    assert "faulty fails in every hook" in bad.reason
+    assert effects(FAULTY_ID) == {}  # all its writes rolled back
+    starts = [int(ms) for ms in files.delivered()]
+    assert starts and max(starts) <= clock.to_ms(bad.stopped_at)  # no hook after the stop
+    for extension_id in HEALTHY_IDS:
+        done = effects(extension_id)
+        assert {e.n for e in done.values()} == {1}  # every event once, 0 failures
+        assert statuses[extension_id] == [200] * 10
+        assert roster(extension_id).status == ExtensionStatus.RUNNING
+    assert all(status != 500 for status in statuses[FAULTY_ID])
+    print(
+        f"\n1,000 events over 10 extensions: faulty stopped ({bad.reason!r}) after "
+        f"{len(starts)} hook starts, 0 after the stop; 9 × 100 healthy effects once"
+    )
