@@ -15,6 +15,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from conversations.models import Conversation
+from conversations.services import submission_submit
+from core import clock
 
 ADMIN_USERNAME = "admin"
 
@@ -31,6 +33,7 @@ class Command(BaseCommand):
         token = self._service_token(var / "local.env")
         password = self._admin()
         self._demo_conversation()
+        demo = self._demo_extensions()
 
         url = "http://127.0.0.1:8000"
         out = self.stdout
@@ -50,6 +53,8 @@ class Command(BaseCommand):
             f"  Try:           curl -H 'Authorization: Bearer {token}' {url}/v1/conversations"
         )
         out.write(f"  Inspector:     {url}/inspect/demo")
+        for line in demo:
+            out.write(f"  Demo:          {line}")
         out.write("")
 
     def _service_token(self, env_file: Path) -> str:
@@ -83,3 +88,76 @@ class Command(BaseCommand):
             name="Demo conversation",
             source="web",
         )
+
+    def _demo_extensions(self) -> list[str]:
+        """What the bundled example extensions show in the demo conversation: a reminder due a
+        minute from now, an approval waiting, and a first message whose settled run starts the
+        digest (its section then reaches every later claim). Each step runs once, through the
+        same services as the API; an audit entry marks it done, so a second run changes
+        nothing. Steps of extensions that are not installed are skipped."""
+        from core.auth import user_principal
+        from core.errors import HostError
+        from core.models import AuditEntry
+        from core.services import audit_record
+        from extensions_host import registry
+        from extensions_host.services.commands import command_call
+
+        admin = get_user_model().objects.get(username=ADMIN_USERNAME)
+        principal = user_principal(admin, "session")
+
+        def command(extension_id: str, name: str, body: dict[str, Any]) -> Any:
+            return command_call(
+                principal=principal,
+                extension_id=extension_id,
+                name=name,
+                scope="conversation",
+                conversation_id="demo",
+                body=body,
+            ).body
+
+        def remind() -> str:
+            result = command(
+                "reminders",
+                "remind",
+                {"text": "Stretch your legs and look away from the screen", "in_seconds": 60},
+            )
+            due = clock.from_ms(result["due_at"]).strftime("%H:%M:%S UTC")
+            return f"a reminder is due at {due}, a minute from now (reminders)"
+
+        def approve() -> str:
+            command(
+                "approvals",
+                "request",
+                {
+                    "title": "Publish the demo release notes?",
+                    "detail": "Answer in the inspector, or POST /v1/conversations/demo/"
+                    'interactions/<call_id>/answer with {"answer": "approve"}.',
+                },
+            )
+            return "an approval is waiting for your answer (approvals)"
+
+        def welcome() -> str:
+            submission_submit(
+                principal=principal,
+                conversation_id="demo",
+                parts=[{"type": "text", "text": "Hello! What does this demo show?"}],
+                request_id="demo-welcome",
+            )
+            return "the echo answers list the digest.summary prompt section (digest)"
+
+        steps = (("reminders", remind), ("approvals", approve), ("digest", welcome))
+        installed = registry.loaded()
+        lines = []
+        for extension_id, step in steps:
+            target = f"demo:{extension_id}"
+            if extension_id not in installed:
+                continue
+            if AuditEntry.objects.filter(action="demo_setup", target=target).exists():
+                continue
+            try:
+                lines.append(step())
+            except HostError as exc:  # not admitted (HOST_AUTO_ADMIT=false), stopped, …
+                self.stderr.write(f"demo: {extension_id} skipped: {exc.message}")
+                continue
+            audit_record(actor="bootstrap", action="demo_setup", target=target)
+        return lines

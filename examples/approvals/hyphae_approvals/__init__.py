@@ -1,0 +1,1 @@
+"""Hyphae example extension `approvals` (see `extension.py`)."""

@@ -1,0 +1,1 @@
+"""Hyphae example extension `chaos` (see `extension.py`). Never installed by default."""

@@ -1,0 +1,1 @@
+"""Hyphae example extension `digest` (see `extension.py`)."""

@@ -1,0 +1,1 @@
+"""Hyphae example extension `reminders` (see `extension.py`)."""

@@ -1,0 +1,134 @@
+"""The author harness itself: what each `TestHost` method drives is the host's real machinery
+(its effects show in the same stores the API reads), and the host is torn down cleanly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from core import clock
+from core.errors import HostError
+from extensions_host import registry
+from extensions_host.sdk import Collection, CommandError, Extension, Job, Prompt, add_job
+from extensions_host.testing import running_host
+
+
+class Seen(BaseModel):
+    key: str
+    detail: str = ""
+
+
+def recorder(**extra: Any) -> Extension:
+    ext = Extension(
+        id="recorder",
+        version="1.0.0",
+        grants={"state", "lifecycle", "timers", "send", "commands"},
+        collections={"seen": Collection(Seen, key=lambda s: s.key)},
+        **extra,
+    )
+
+    @ext.on_lifecycle("conversation_archived")
+    def archived(ctx: Any, event: Any) -> None:
+        ctx.collection("seen").put(
+            Seen(key=f"archived:{event.conversation_id}", detail=str(event["archived"]))
+        )
+
+    @ext.on_timer
+    def due(ctx: Any, timer: Any) -> None:
+        ctx.send(
+            "c1",
+            prompt=Prompt(request_id=f"t:{timer.key}", text="later"),
+            when=timer.due_at + 5_000,
+        )
+
+    @ext.command("fail", scope="global")
+    def fail(ctx: Any, data: Any) -> None:
+        raise CommandError("conflict", "Always")
+
+    return ext
+
+
+def test_emit_lifecycle_delivers_the_event_to_its_handler(hyphae_host):
+    hyphae_host.install(recorder())
+
+    hyphae_host.emit_lifecycle("conversation_archived", "c9", archived=True)
+
+    assert hyphae_host.record("recorder", "seen", "archived:c9") == Seen(
+        key="archived:c9", detail="True"
+    )
+
+
+def test_install_admits_only_the_listed_grants(hyphae_host):
+    hyphae_host.install(recorder(), grants={"recorder": ["state", "timers", "commands"]})
+    hyphae_host.transact("recorder", lambda ctx: ctx.timers.set("t1", hyphae_host.clock.now_ms()))
+
+    hyphae_host.fire_timers()
+
+    state = hyphae_host.status("recorder")
+    assert state.admitted_grants == {"state", "timers", "commands"}
+    assert state.stopped
+    assert state.reason == "on_timer: AdmissionError: Extension is not granted send"
+
+
+def test_sent_reports_delayed_prompts_and_respond_answers_when_due(hyphae_host):
+    hyphae_host.install(recorder())
+    hyphae_host.conversation("c1")
+    now = hyphae_host.clock.now_ms()
+    hyphae_host.transact("recorder", lambda ctx: ctx.timers.set("t1", now))
+    hyphae_host.fire_timers()
+
+    (prompt,) = hyphae_host.sent("c1", extension_id="recorder")
+    assert (prompt.text, prompt.request_id, prompt.not_before_ms) == ("later", "t:t1", now + 5_000)
+    assert hyphae_host.respond() == []  # not runnable before its instant
+    hyphae_host.advance(seconds=5)
+    (turn,) = hyphae_host.respond()
+    assert turn.input_texts == ("later",)
+    assert turn.answer.startswith("echo: later")
+
+
+def test_typed_errors_of_commands_and_transact_reach_the_test_as_they_reach_callers(hyphae_host):
+    hyphae_host.install(recorder())
+
+    with pytest.raises(HostError) as error:
+        hyphae_host.command("recorder", "fail")
+    assert (error.value.status, error.value.message) == (409, "Always")
+
+    def bad(ctx: Any) -> None:
+        raise CommandError("not_found", "nope")
+
+    with pytest.raises(CommandError):
+        hyphae_host.transact("recorder", bad)
+    assert hyphae_host.status("recorder").running
+
+
+def test_trigger_job_runs_a_declared_job_now(hyphae_host):
+    ext = recorder()
+    add_job(
+        ext,
+        Job(
+            "tick",
+            every_seconds=3600,
+            action=lambda ctx, run: ctx.collection("seen").put(Seen(key=f"job:{run.manual}")),
+        ),
+    )
+    hyphae_host.install(ext)
+    hyphae_host.user("root", staff=True)
+
+    assert hyphae_host.trigger_job("ext:recorder:tick") == "ok"
+
+    assert hyphae_host.read("recorder", lambda ctx: ctx.collection("seen").get("job:True"))
+    assert hyphae_host.jobs()["ext:recorder:tick"]["runs"] == 1
+
+
+def test_the_host_restores_the_clock_and_the_installed_set(db, tmp_path):
+    before = registry._override
+
+    with running_host(data_dir=tmp_path) as host:
+        host.install(recorder())
+        assert isinstance(clock._clock, clock.FakeClock)
+        assert list(registry.loaded()) == ["recorder"]
+
+    assert isinstance(clock._clock, clock.SystemClock)
+    assert registry._override is before
