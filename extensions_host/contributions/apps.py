@@ -23,3 +23,8 @@ class ContributionsConfig(AppConfig):
             secret_sources.append(stores.secret_values)
         if loading.on_load not in registry.load_listeners:
             registry.load_listeners.append(loading.on_load)
+        from extensions_host.contributions.metrics import hook_observed
+        from extensions_host.runtime.frames import outcome_listeners
+
+        if hook_observed not in outcome_listeners:
+            outcome_listeners.append(hook_observed)

@@ -39,6 +39,19 @@ HTTP_DURATION = Histogram(
     registry=REGISTRY,
 )
 
+# Hook durations of the frames this process ran (each process exposes its own; the web
+# process's /metrics shows request-time hooks).
+HOOK_DURATION = Histogram(
+    "hyphae_hook_duration_seconds",
+    "Extension hook durations by extension, hook and outcome",
+    ["extension", "hook", "status"],
+    registry=REGISTRY,
+)
+
+
+def hook_observed(extension_id: str, outcome: Any) -> None:
+    HOOK_DURATION.labels(extension_id, outcome.hook, outcome.status).observe(outcome.elapsed_s)
+
 
 class DatabaseCollector(Collector):
     """Figures read from the database at scrape time (the same from every process)."""

@@ -25,6 +25,7 @@ a page, in the page's transaction (so it commits with the page).
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -70,6 +71,7 @@ from extensions_host.services.quotas import usage_flush
 from extensions_host.services.recovery import retry_limit
 
 T = TypeVar("T")
+logger = logging.getLogger("extensions_host.runtime")
 Failures = Literal["stop", "return"]
 Boundary = Literal["request", "worker"]
 Status = Literal["ok", "skipped", "stopped", "failed", "retry"]
@@ -80,6 +82,8 @@ MSG_TRANSACT_UNAVAILABLE = "Extension transaction is unavailable"
 
 # Called after a frame commits with the conversations it touched (live updates subscribe).
 observation_listeners: list[Callable[[frozenset[str]], None]] = []
+# Called with (extension id, outcome) for every frame whose hook ran (metrics subscribe).
+outcome_listeners: list[Callable[[str, "FrameOutcome"], None]] = []
 
 
 @dataclass(frozen=True)
@@ -290,8 +294,11 @@ def _attempt(
                 finish(result)
             if page is not None:
                 deadlines.database_limits(page.remaining())
-            return FrameOutcome(
-                status="ok", value=result, hook=hook, elapsed_s=time.monotonic() - started
+            return _reported(
+                loaded.id,
+                FrameOutcome(
+                    status="ok", value=result, hook=hook, elapsed_s=time.monotonic() - started
+                ),
             )
     except _Rollback as rollback:
         failure = rollback.failure
@@ -300,7 +307,18 @@ def _attempt(
         if is_transient(exc):
             raise TransientDatabaseError(str(exc)) from exc
         raise
-    return _after_rollback(loaded, failure, page, time.monotonic() - started)
+    return _reported(
+        loaded.id, _after_rollback(loaded, failure, page, time.monotonic() - started)
+    )
+
+
+def _reported(extension_id: str, outcome: FrameOutcome) -> FrameOutcome:
+    for listener in outcome_listeners:
+        try:
+            listener(extension_id, outcome)
+        except Exception:  # observing must never change what the frame did
+            logger.exception("frame outcome listener failed")
+    return outcome
 
 
 def _after_rollback(

@@ -76,3 +76,15 @@ def test_the_admin_renders_under_the_csp(client, staff):
     response = client.get("/admin/")
     assert response.status_code == 200
     assert "Content-Security-Policy" in response
+
+
+def test_metrics_report_hook_durations_per_extension_and_hook(install):
+    from extensions_host.runtime import run_frame
+
+    install(make_routes_ext())
+    assert run_frame(extension_id="web", hook="probe_hook", call=lambda ctx: None).ok
+    text = APIClient().get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert (
+        'hyphae_hook_duration_seconds_count{extension="web",hook="probe_hook",status="ok"}'
+        in text
+    )
