@@ -83,7 +83,7 @@ MSG_TRANSACT_UNAVAILABLE = "Extension transaction is unavailable"
 # Called after a frame commits with the conversations it touched (live updates subscribe).
 observation_listeners: list[Callable[[frozenset[str]], None]] = []
 # Called with (extension id, outcome) for every frame whose hook ran (metrics subscribe).
-outcome_listeners: list[Callable[[str, "FrameOutcome"], None]] = []
+outcome_listeners: list[Callable[[str, FrameOutcome], None]] = []
 
 
 @dataclass(frozen=True)
