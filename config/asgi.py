@@ -2,6 +2,7 @@
 app (API, admin, streams) in embedded `make run`."""
 
 import os
+import threading
 
 from django.core.asgi import get_asgi_application
 
@@ -10,4 +11,8 @@ application = get_asgi_application()
 
 from config.startup import process_start  # noqa: E402
 
-process_start()
+# uvicorn imports this module inside its running event loop, where Django refuses synchronous
+# database work: the start-up sync runs on a plain thread instead.
+_start = threading.Thread(target=process_start, name="hyphae-startup")
+_start.start()
+_start.join()

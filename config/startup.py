@@ -10,6 +10,11 @@ def process_start() -> None:
     database without tables (before `migrate`); serialised cluster-wide by the roster lock."""
     if not settings.HOST_SYNC_AT_START:
         return
+    from django.db import connections
+
     from extensions_host.services.roster import roster_sync_at_start
 
-    roster_sync_at_start()
+    try:
+        roster_sync_at_start()
+    finally:
+        connections.close_all()  # never hand a start-up connection to request handling
