@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
@@ -402,7 +401,11 @@ class WorldArtifactsApi(APIView):
     @extend_schema(
         operation_id="worlds_artifacts_projection",
         parameters=[
-            OpenApiParameter("channel", OpenApiTypes.STR, description="Only this channel.")
+            OpenApiParameter(
+                "channel",
+                {"type": "string", "minLength": 1, "maxLength": NAME_MAX},
+                description="Only this channel.",
+            )
         ],
         responses={200: ProjectionOutputSerializer, **error_responses(400, 401, 404)},
     )
@@ -445,10 +448,14 @@ class WorldArtifactsDebugApi(APIView):
     @extend_schema(
         operation_id="worlds_artifacts_debug",
         parameters=[
-            OpenApiParameter("operation_id", OpenApiTypes.STR, description="Only this operation."),
+            OpenApiParameter(
+                "operation_id",
+                {"type": "string", "minLength": 1, "maxLength": ID_MAX},
+                description="Only this operation.",
+            ),
             OpenApiParameter(
                 "limit",
-                OpenApiTypes.INT,
+                {"type": "integer", "minimum": 1, "maximum": selectors.DEBUG_LIMIT_MAX},
                 description=f"Newest records to show (1..{selectors.DEBUG_LIMIT_MAX}).",
             ),
         ],

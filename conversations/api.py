@@ -109,7 +109,7 @@ class ConversationListCreateApi(APIView):
         owner = StrictCharField(
             required=False, max_length=150, help_text='"me", a user id, or a username.'
         )
-        archived = serializers.BooleanField(required=False, allow_null=True, default=None)
+        archived = serializers.BooleanField(required=False, default=None)
 
     @extend_schema_serializer(component_name="ConversationCreateInput")
     class InputSerializer(StrictSerializer):
@@ -130,7 +130,8 @@ class ConversationListCreateApi(APIView):
         responses={200: ConversationPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        query = _valid(self.QuerySerializer, request.query_params)
+        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+        query = _valid(self.QuerySerializer, request.query_params.dict())
         conversations = selectors.conversations_list(
             principal=principal_of(request),
             owner=query.get("owner"),
@@ -271,7 +272,7 @@ class ConversationEntriesApi(APIView):
                 principal=principal, conversation_id=conversation_id
             ),
         )
-        _valid(ListQuerySerializer, request.query_params)
+        _valid(ListQuerySerializer, request.query_params.dict())
         paginator = EntryPagination()
         page = paginator.paginate_queryset(
             selectors.entries_of(conversation_id=conversation.pk), request, view=self

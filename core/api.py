@@ -40,7 +40,9 @@ class TokenListCreateApi(APIView):
     permission_classes = [Authenticated]
 
     class InputSerializer(StrictSerializer):
-        name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+        name = serializers.CharField(
+            max_length=100, required=False, default="", allow_blank=True, trim_whitespace=False
+        )
         scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.WRITE)
         expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 

@@ -23,6 +23,16 @@ class StrictSerializer(serializers.Serializer):
                     MSG_UNKNOWN_FIELDS,
                     details={field: ["Unknown field."] for field in unknown},
                 )
+            # DRF's CharField turns 102 into "102"; the schema says string, so a number is a 400
+            not_text = {
+                name: ["Not a valid string."]
+                for name, field in self.fields.items()
+                if isinstance(field, serializers.CharField)
+                and data.get(name) is not None
+                and not isinstance(data.get(name), str)
+            }
+            if not_text:
+                raise serializers.ValidationError(not_text)
         return super().to_internal_value(data)
 
 

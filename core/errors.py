@@ -8,6 +8,7 @@ carry secrets or stack traces.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Literal
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -149,7 +150,8 @@ def as_host_error(exc: Exception) -> HostError | None:
     if isinstance(exc, (drf.NotFound, Http404)):
         return HostError("store", "not_found", MSG_NOT_FOUND)
     if isinstance(exc, drf.Throttled):
-        wait = int(exc.wait) + 1 if exc.wait is not None else 1
+        # whole seconds, rounded up: never earlier than the window allows, never a second late
+        wait = max(1, math.ceil(exc.wait)) if exc.wait is not None else 1
         return HostError("limit", "throttled", MSG_THROTTLED, retry_after=wait)
     if isinstance(exc, RequestDataTooBig):
         return HostError("limit", "too_large", MSG_TOO_LARGE)
@@ -170,4 +172,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     error = as_host_error(exc)
     if error is None:
         return None  # a real defect: Django's 500 handling and logging take over
-    return error_response(error)
+    return error_response(_hidden_from_anonymous(error, context))
+
+
+def _hidden_from_anonymous(error: HostError, context: dict[str, Any]) -> HostError:
+    """On a view open to anonymous reads (public conversations), an anonymous caller who finds
+    nothing gets 401, never 404: authentication comes first, and a 401 says nothing about what
+    exists. Every such view then agrees, whether or not it remembered to translate."""
+    from core.auth import principal_of
+    from core.permissions import AllowAnonymousReads
+
+    request, view = context.get("request"), context.get("view")
+    if error.cause != "not_found" or request is None or view is None:
+        return error
+    if principal_of(request).is_authenticated:
+        return error
+    if not any(isinstance(p, AllowAnonymousReads) for p in view.get_permissions()):
+        return error
+    return HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED)

@@ -100,15 +100,59 @@ class NoAuthScheme(OpenApiAuthenticationExtension):
 
 # --- Component names -----------------------------------------------------------------------------
 from drf_spectacular.openapi import AutoSchema  # noqa: E402
+from drf_spectacular.plumbing import force_instance  # noqa: E402
 
 
 class HostAutoSchema(AutoSchema):
     """Names nested serializers after their view (`TokenListCreateApi.InputSerializer` →
     `TokenListCreateInput`), so every view can call its own `InputSerializer`/`OutputSerializer`
-    without component-name collisions."""
+    without component-name collisions.
+
+    Also states what the host enforces, so a generic client or fuzzer reads the truth: a
+    `StrictSerializer` body has `additionalProperties: false` (unknown fields are a 400), and
+    every write a throttle can refuse documents its 429."""
 
     def get_serializer_name(self, serializer, direction):  # type: ignore[no-untyped-def]
         parts = type(serializer).__qualname__.split(".")
         if len(parts) > 1:
             return parts[-2].removesuffix("Api") + parts[-1]
         return super().get_serializer_name(serializer, direction)
+
+    def get_auth(self):  # type: ignore[no-untyped-def]
+        """Operations an anonymous caller may use (public ones, and reads of public
+        conversations) list the empty requirement `{}`: credentials are optional there."""
+        from core.permissions import AllowAnonymousReads, Public
+
+        auths = super().get_auth()
+        permissions = self.view.get_permissions()
+        anonymous = any(isinstance(p, Public) for p in permissions) or (
+            self.method in {"GET", "HEAD", "OPTIONS"}
+            and any(isinstance(p, AllowAnonymousReads) for p in permissions)
+        )
+        if anonymous and {} not in auths:
+            auths.append({})
+        return auths
+
+    def _map_serializer(self, serializer, direction, bypass_extensions=False):  # type: ignore[no-untyped-def]
+        from core.api_base import StrictSerializer
+
+        schema = super()._map_serializer(serializer, direction, bypass_extensions)
+        if isinstance(force_instance(serializer), StrictSerializer) and direction == "request":
+            schema["additionalProperties"] = False
+        return schema
+
+    def _get_response_bodies(self, direction="response"):  # type: ignore[no-untyped-def]
+        responses = super()._get_response_bodies(direction)
+        if self.method in {"POST", "PUT", "PATCH", "DELETE"} and self._write_throttled():
+            responses.setdefault(
+                "429",
+                self._get_response_for_code(error_responses(429)[429], "429", direction=direction),
+            )
+        return responses
+
+    def _write_throttled(self) -> bool:
+        from core.throttling import WriteRateThrottle
+
+        return any(
+            isinstance(throttle, WriteRateThrottle) for throttle in self.view.get_throttles()
+        )

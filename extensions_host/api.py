@@ -25,7 +25,7 @@ from extensions_host.services.roster import extension_resume
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    {"type": "string", "minLength": 1, "maxLength": 256},
     OpenApiParameter.HEADER,
     required=False,
     description="A retry with the same key and body returns the stored result (1..256 chars).",
