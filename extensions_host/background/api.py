@@ -9,6 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_base import StrictSerializer
 from core.auth import principal_of
 from core.permissions import Admin, Authenticated
 from core.schema import error_responses
@@ -53,6 +54,9 @@ class JobListApi(APIView):
 class JobTriggerApi(APIView):
     permission_classes = [Admin]
 
+    class InputSerializer(StrictSerializer):
+        pass
+
     class OutputSerializer(serializers.Serializer):
         job_id = serializers.CharField()
         queued = serializers.BooleanField()
@@ -61,9 +65,10 @@ class JobTriggerApi(APIView):
         operation_id="jobs_trigger",
         summary="Run a job now (admin); the run respects the job's overlap rule",
         request=None,
-        responses={202: OutputSerializer, **error_responses(401, 403, 404, 409)},
+        responses={202: OutputSerializer, **error_responses(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request, job_id: str) -> Response:
+        self.InputSerializer(data=request.data or {}).is_valid(raise_exception=True)
         principal = principal_of(request)
         actor = principal.name or ("service" if principal.service else "staff")
         job_trigger(job_id=job_id, actor=actor)
