@@ -11,7 +11,7 @@ from core import clock
 SERVICE_TOKEN = "test-service-token"
 
 
-def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+def pytest_collection_modifyitems(config, items):
     """Skip `postgres` tests with a visible reason when the database is SQLite."""
     if connection.vendor == "postgresql":
         return
@@ -30,8 +30,10 @@ def fake_clock():
 @pytest.fixture
 def make_user(db, django_user_model):
     def make(username: str, **extra):
-        return django_user_model.objects.create_user(username=username, password="pw-" + username,
-                                                     **extra)
+        return django_user_model.objects.create_user(
+            username=username, password="pw-" + username, **extra
+        )
+
     return make
 
 

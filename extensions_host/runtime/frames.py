@@ -307,9 +307,7 @@ def _attempt(
         if is_transient(exc):
             raise TransientDatabaseError(str(exc)) from exc
         raise
-    return _reported(
-        loaded.id, _after_rollback(loaded, failure, page, time.monotonic() - started)
-    )
+    return _reported(loaded.id, _after_rollback(loaded, failure, page, time.monotonic() - started))
 
 
 def _reported(extension_id: str, outcome: FrameOutcome) -> FrameOutcome:

@@ -51,4 +51,3 @@ class ToolCallResultAdmin(_ReadOnly):
     list_display = ["tool_call_id", "run", "extension_id", "tool", "ok", "reason", "created_at"]
     list_filter = ["ok", "extension_id"]
     search_fields = ["tool_call_id", "reason"]
-

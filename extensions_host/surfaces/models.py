@@ -175,4 +175,3 @@ class ToolCallResult(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} {self.tool_call_id} ({'ok' if self.ok else 'failed'})"
-

@@ -85,6 +85,5 @@ def test_metrics_report_hook_durations_per_extension_and_hook(install):
     assert run_frame(extension_id="web", hook="probe_hook", call=lambda ctx: None).ok
     text = APIClient().get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
     assert (
-        'hyphae_hook_duration_seconds_count{extension="web",hook="probe_hook",status="ok"}'
-        in text
+        'hyphae_hook_duration_seconds_count{extension="web",hook="probe_hook",status="ok"}' in text
     )

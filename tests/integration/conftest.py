@@ -91,9 +91,7 @@ def broker(tmp_path) -> Iterator[Broker]:
 
 
 def _point_celery_at(url: str, transport_options: dict) -> None:
-    celery_app.conf.update(
-        CELERY_BROKER_URL=url, CELERY_BROKER_TRANSPORT_OPTIONS=transport_options
-    )
+    celery_app.conf.update(CELERY_BROKER_URL=url, CELERY_BROKER_TRANSPORT_OPTIONS=transport_options)
     # drop pooled connections/producers bound to the previous broker
     kombu.pools.reset()
     celery_app._pool = None
