@@ -73,3 +73,26 @@ def api():
         return client
 
     return make
+
+
+@pytest.fixture
+def install(db):
+    """`install(ext, …)`: run with exactly these extensions loaded and sync the roster (a later
+    call replaces the set, like a deploy); `sync=False` only loads them."""
+    from contextlib import ExitStack
+
+    from extensions_host import registry
+    from extensions_host.runtime import forget_activations
+    from extensions_host.services.roster import roster_sync
+
+    stack = ExitStack()
+
+    def do(*definitions, sync: bool = True) -> None:
+        stack.enter_context(registry.installed(*definitions))
+        forget_activations()
+        if sync:
+            roster_sync()
+
+    yield do
+    stack.close()
+    forget_activations()

@@ -4,8 +4,7 @@ capture enqueued tasks instead of sending them."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,28 +14,10 @@ from django.db import transaction
 from conversations.models import Conversation
 from conversations.services import Origin, run_claim, run_settle, submission_admit
 from core import clock
-from extensions_host import registry
 from extensions_host.background import tasks
 from extensions_host.models import RosterEntry
-from extensions_host.runtime import FrameOutcome, forget_activations, run_frame
-from extensions_host.sdk import Extension
-from extensions_host.services.roster import extension_resume, roster_sync
-
-
-@pytest.fixture
-def install(db: Any) -> Iterator[Callable[..., None]]:
-    """`install(ext, …)`: run with exactly these extensions loaded and sync the roster."""
-    stack = ExitStack()
-
-    def do(*definitions: Extension, sync: bool = True) -> None:
-        stack.enter_context(registry.installed(*definitions))
-        forget_activations()
-        if sync:
-            roster_sync()
-
-    yield do
-    stack.close()
-    forget_activations()
+from extensions_host.runtime import FrameOutcome, run_frame
+from extensions_host.services.roster import extension_resume
 
 
 def in_frame(extension_id: str, fn: Callable[[Any], Any], **options: Any) -> FrameOutcome:

@@ -4,7 +4,6 @@ data in every table the console shows."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -13,10 +12,7 @@ from django.test import Client
 
 from conversations.models import Conversation
 from core import clock
-from extensions_host import registry
-from extensions_host.runtime import FrameOutcome, extension_stop, forget_activations, run_frame
-from extensions_host.sdk import Extension
-from extensions_host.services.roster import roster_sync
+from extensions_host.runtime import FrameOutcome, extension_stop, run_frame
 
 STOP_REASON = "on_timer defect: RuntimeError: the disk is on fire"
 
@@ -26,21 +22,6 @@ def _fresh_cache() -> Iterator[None]:
     cache.clear()
     yield
     cache.clear()
-
-
-@pytest.fixture
-def install(db: Any) -> Iterator[Callable[..., None]]:
-    """`install(ext, …)`: run with exactly these extensions loaded and the roster synced."""
-    stack = ExitStack()
-
-    def do(*definitions: Extension) -> None:
-        stack.enter_context(registry.installed(*definitions))
-        forget_activations()
-        roster_sync()
-
-    yield do
-    stack.close()
-    forget_activations()
 
 
 def in_frame(extension_id: str, fn: Callable[[Any], Any]) -> FrameOutcome:

@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from conversations.models import Conversation
 from core import clock
-from extensions_host import registry
-from extensions_host.runtime import forget_activations
-from extensions_host.sdk import Extension
-from extensions_host.services.roster import roster_sync
-
-
-@pytest.fixture
-def install(db: Any) -> Iterator[Callable[..., None]]:
-    """`install(ext, …)`: run with exactly these extensions loaded and the roster synced."""
-    stack = ExitStack()
-
-    def do(*definitions: Extension, sync: bool = True) -> None:
-        stack.enter_context(registry.installed(*definitions))
-        forget_activations()
-        if sync:
-            roster_sync()
-
-    yield do
-    stack.close()
-    forget_activations()
 
 
 @pytest.fixture

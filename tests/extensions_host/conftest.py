@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,26 +11,8 @@ from conversations.models import Conversation
 from core import clock
 from extensions_host import registry
 from extensions_host.models import RosterEntry
-from extensions_host.runtime import FrameOutcome, forget_activations, run_frame
-from extensions_host.sdk import Extension, TimerEvent
-from extensions_host.services.roster import roster_sync
-
-
-@pytest.fixture
-def install(db: Any) -> Iterator[Callable[..., None]]:
-    """`install(ext, …)`: run with exactly these extensions loaded and sync the roster (a later
-    call replaces the set, like a deploy)."""
-    stack = ExitStack()
-
-    def do(*definitions: Extension, sync: bool = True) -> None:
-        stack.enter_context(registry.installed(*definitions))
-        forget_activations()
-        if sync:
-            roster_sync()
-
-    yield do
-    stack.close()
-    forget_activations()
+from extensions_host.runtime import FrameOutcome, run_frame
+from extensions_host.sdk import TimerEvent
 
 
 def fire_timer(extension_id: str, key: str = "t1", **options: Any) -> FrameOutcome:

@@ -4,7 +4,6 @@ conversations, claim runs."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -12,11 +11,8 @@ from django.core.cache import cache
 
 from conversations.models import Conversation
 from core import clock
-from extensions_host import registry
 from extensions_host.models import RosterEntry
-from extensions_host.runtime import FrameOutcome, forget_activations, run_frame
-from extensions_host.sdk import Extension
-from extensions_host.services.roster import roster_sync
+from extensions_host.runtime import FrameOutcome, run_frame
 
 
 @pytest.fixture(autouse=True)
@@ -24,22 +20,6 @@ def _fresh_cache() -> Iterator[None]:
     cache.clear()  # send-rate counters live in the cache
     yield
     cache.clear()
-
-
-@pytest.fixture
-def install(db: Any) -> Iterator[Callable[..., None]]:
-    """`install(ext, …)`: run with exactly these extensions loaded and the roster synced."""
-    stack = ExitStack()
-
-    def do(*definitions: Extension, sync: bool = True) -> None:
-        stack.enter_context(registry.installed(*definitions))
-        forget_activations()
-        if sync:
-            roster_sync()
-
-    yield do
-    stack.close()
-    forget_activations()
 
 
 def in_frame(extension_id: str, fn: Callable[[Any], Any], **options: Any) -> FrameOutcome:
