@@ -98,7 +98,7 @@ def drive_timers_single(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def drive_settled(args: argparse.Namespace) -> dict[str, Any]:
-    from extensions_host.background.services.settled import settled_deliver
+    from extensions_host.background.services.settled import PAGE_FRAMES, settled_deliver
 
     consumers = [c for c in args.consumers.split(",") if c]
     deliveries = 0
@@ -109,7 +109,8 @@ def drive_settled(args: argparse.Namespace) -> dict[str, Any]:
     with _Profiled(args.profile):
         while waiting and time.time() < ends:
             for consumer in sorted(waiting):
-                more = settled_deliver(extension_id=consumer, batch=args.batch)
+                # as the task body does: a page of frames, each handing `batch` runs to the hook
+                more = settled_deliver(extension_id=consumer, batch=args.batch, frames=PAGE_FRAMES)
                 deliveries += 1
                 if not more:
                     waiting.discard(consumer)

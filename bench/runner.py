@@ -1078,14 +1078,14 @@ def measure_timer_sweep(pages: int) -> dict[str, float]:
 def measure_settled_delivery(runs: int) -> dict[str, float]:
     """One process: deliver `runs` new runs to the 10 consumers in batches of 64."""
     from bench import volume
-    from extensions_host.background.services.settled import settled_deliver
+    from extensions_host.background.services.settled import PAGE_FRAMES, settled_deliver
 
     span = volume.settled_runs_insert(conversation_prefix="benchvol", conversations=100, count=runs)
     volume.settled_cursors_set(extension_ids=CONSUMER_IDS, position=span.first - 1)
     deliveries = 0
     began = time.perf_counter()
     for consumer in CONSUMER_IDS:
-        while settled_deliver(extension_id=consumer, batch=64):
+        while settled_deliver(extension_id=consumer, batch=64, frames=PAGE_FRAMES):
             deliveries += 1
         deliveries += 1
     elapsed = time.perf_counter() - began

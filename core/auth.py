@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -85,11 +86,25 @@ def user_principal(user: AbstractBaseUser, method: str, scope: str = TokenScope.
     )
 
 
+_service_users: dict[str, AbstractBaseUser] = {}  # per database alias, for this process
+
+
 def service_user() -> AbstractBaseUser:
-    user, _ = get_user_model().objects.get_or_create(
-        username=SERVICE_USERNAME, defaults={"first_name": "Hyphae service"}
-    )
+    """The service principal's user: created on first use, then kept for the process (every
+    service-token request needs it; a deleted one is forgotten by `forget_service_user`)."""
+    user = _service_users.get(DEFAULT_DB_ALIAS)
+    if user is None:
+        user, _ = get_user_model().objects.get_or_create(
+            username=SERVICE_USERNAME, defaults={"first_name": "Hyphae service"}
+        )
+        _service_users[DEFAULT_DB_ALIAS] = user
     return user
+
+
+def forget_service_user(**_: Any) -> None:
+    """Drop the kept service user (connected to the user model's `post_delete`; tests call it
+    when their database is rolled back)."""
+    _service_users.clear()
 
 
 def _bearer(request: Request) -> str | None:

@@ -111,7 +111,7 @@ class ExtensionRecord(models.Model):
     size_bytes = models.PositiveIntegerField()
 
     class Meta:
-        ordering = ["extension", "collection", "key"]
+        ordering = ["extension_id", "collection", "key"]  # no join to the roster
         constraints = [
             models.UniqueConstraint(
                 fields=["extension", "collection", "key"], name="record_key_unique"

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from core import clock
+from core import auth, clock
 
 SERVICE_TOKEN = "test-service-token"
 
@@ -19,6 +19,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _forget_service_user():
+    """Each test's database is rolled back: the service user kept by `core.auth` goes too."""
+    auth.forget_service_user()
+    yield
+    auth.forget_service_user()
 
 
 @pytest.fixture

@@ -16,11 +16,14 @@ A cache that is down never blocks work: the count is skipped (and logged).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from hashlib import sha256
+from typing import Any
 
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
+from django.core.cache.backends.redis import RedisCache
 
 logger = logging.getLogger("extensions_host.crashes")
 
@@ -49,13 +52,18 @@ def unfinished_deliveries(*, extension_id: str, hook: str, item: str) -> int:
 
 
 @contextmanager
-def delivery_counted(*, extension_id: str, hook: str, item: str) -> Iterator[bool]:
+def delivery_counted(
+    *, extension_id: str, hook: str, item: str, deferred: bool = False
+) -> Iterator[bool]:
     """Count this delivery for its whole frame; yields True when `CRASH_LIMIT` earlier
-    deliveries of the same item never finished (the caller stops the extension)."""
+    deliveries of the same item never finished (the caller stops the extension).
+
+    `deferred` (the frames of a page): the clear is sent with the next count's round trip, or by
+    `clear_deferred()` when the page ends. The clear of a frame that finished is then pending
+    only while host code (no hook) runs between two frames."""
     key = delivery_key(extension_id=extension_id, hook=hook, item=item)
     try:
-        cache.add(key, 0, COUNT_TTL_SECONDS)
-        count = int(cache.incr(key))
+        count = _count(key)
     except Exception:  # the cache is down (or the key expired between add and incr)
         logger.warning("delivery count unavailable", exc_info=True)
         yield False
@@ -63,7 +71,59 @@ def delivery_counted(*, extension_id: str, hook: str, item: str) -> Iterator[boo
     try:
         yield count > CRASH_LIMIT
     finally:
-        try:
-            cache.delete(key)
-        except Exception:
-            logger.warning("delivery count not cleared", exc_info=True)
+        _pending().append(key)
+        if not deferred:
+            clear_deferred()
+
+
+def clear_deferred() -> None:
+    """Send the clears still pending on this thread."""
+    keys = _pending()
+    if not keys:
+        return
+    try:
+        cache.delete_many(keys)
+    except Exception:
+        logger.warning("delivery count not cleared", exc_info=True)
+    keys.clear()
+
+
+_local = threading.local()
+
+
+def _pending() -> list[str]:
+    if not hasattr(_local, "keys"):
+        _local.keys = []
+    return _local.keys
+
+
+def _count(key: str) -> int:
+    """Add one to the count, and send the pending clears. One round trip on Redis (DEL, INCR
+    and EXPIRE pipelined); the portable `delete_many`, `add` and `incr` on any other cache."""
+    backend = caches[DEFAULT_CACHE_ALIAS]  # `cache` is a proxy: isinstance needs the backend
+    pending = _pending()
+    if isinstance(backend, RedisCache):
+        name = backend.make_and_validate_key(key)
+        pipe = _redis(backend).pipeline(transaction=False)
+        if pending:
+            pipe.delete(*(backend.make_and_validate_key(k) for k in pending))
+        pipe.incr(name)
+        pipe.expire(name, COUNT_TTL_SECONDS)
+        count = int(pipe.execute()[-2])
+        pending.clear()
+        return count
+    clear_deferred()
+    cache.add(key, 0, COUNT_TTL_SECONDS)
+    return int(cache.incr(key))
+
+
+_clients: dict[int, Any] = {}
+
+
+def _redis(backend: RedisCache) -> Any:
+    """A redis-py client on the cache's own connection pool, made once per backend (Django
+    builds a new client object on every call)."""
+    client = _clients.get(id(backend))
+    if client is None:
+        client = _clients[id(backend)] = backend._cache.get_client(write=True)
+    return client

@@ -1,7 +1,7 @@
 """Frames: the one place a hook of an extension is invoked.
 
 `run_frame` runs one hook of one extension inside a host-owned transaction — its own
-(`atomic(durable=True)`) or a savepoint of a shared page (`FramePage`, group commit) — with:
+(`atomic(durable=True)`) or a part of a shared page (`FramePage`, group commit) — with:
 
 1. the roster row taken `FOR SHARE` and checked: `running`, and the revision this process
    loaded (a process whose code has another revision runs none of the extension's hooks);
@@ -20,11 +20,32 @@
 
 A failed frame is rolled back first; the stop is then recorded in its own transaction, or, in
 a page, in the page's transaction (so it commits with the page).
+
+Pages (spec 03, frames sharing a commit) come in two kinds:
+
+- **isolated**: a savepoint per frame; a failing frame rolls back only its savepoint;
+- **optimistic**: no savepoints. A frame that fails aborts the whole page (`PageAbort`), and
+  `run_page` runs the page again, isolated, without the culprit: its hook is not called again,
+  its failure (a stop, a `Retry`) is applied as it happened the first time, in its savepoint.
+  Only for pages whose frames are told apart by (extension, hook, `item`) and whose `prepare`
+  callbacks write nothing.
+
+A page does once what a lone frame does each time: it locks the roster rows of the extensions it
+will run in one statement (`page.lock`; they stay locked `FOR SHARE` until the page commits),
+sets the database limits once (a frame sets its own only when its extension's deadline is
+shorter), reads each extension's usage once and adds the page's deltas in one statement per
+extension before the commit. A frame's deadline is its own, cut to what is left of the page's
+time limit — or, with `whole_deadlines`, a frame that would be cut is not started (skipped,
+"page"). Outcome listeners of an optimistic page hear of its frames only after the page ran.
+
+A lone frame on PostgreSQL takes its roster row, its usage and its database limits in one
+statement (`_lock_roster_rows`).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import threading
 import time
@@ -38,11 +59,11 @@ from django.db.models import F
 
 from conversations.models import Conversation
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.models import ExtensionStatus, RosterEntry, UsageSlot
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
 from extensions_host.runtime.context import HookContext
-from extensions_host.runtime.crashes import crashed_reason, delivery_counted
+from extensions_host.runtime.crashes import clear_deferred, crashed_reason, delivery_counted
 from extensions_host.runtime.current import (
     Frame,
     FrameDefect,
@@ -67,7 +88,7 @@ from extensions_host.runtime.transient import (
     with_transient_retries,
 )
 from extensions_host.sdk import Caller, ExtensionStop, Retry, SdkError, StateError
-from extensions_host.services.quotas import usage_flush
+from extensions_host.services.quotas import PageUsage, usage_flush
 from extensions_host.services.recovery import retry_limit
 
 T = TypeVar("T")
@@ -75,7 +96,7 @@ logger = logging.getLogger("extensions_host.runtime")
 Failures = Literal["stop", "return"]
 Boundary = Literal["request", "worker"]
 Status = Literal["ok", "skipped", "stopped", "failed", "retry"]
-Skip = Literal["", "missing", "uninstalled", "stopped", "revision", "prepare"]
+Skip = Literal["", "missing", "uninstalled", "stopped", "revision", "prepare", "page"]
 
 MSG_UPDATE_UNAVAILABLE = "Extension state update is unavailable"
 MSG_TRANSACT_UNAVAILABLE = "Extension transaction is unavailable"
@@ -114,31 +135,82 @@ class FrameOutcome:
 class FramePage:
     """One outer transaction shared by several frames (group commit, spec 03).
 
-    Each frame runs in a savepoint; a failing frame rolls back only its savepoint and its stop
-    is written into the page's transaction; later frames of a stopped extension in the page are
-    skipped. The page's frames share one time limit, and the roster rows they took `FOR SHARE`
-    are held until the page commits.
+    Isolated: each frame runs in a savepoint; a failing frame rolls back only its savepoint and
+    its stop is written into the page's transaction; later frames of a stopped extension in the
+    page are skipped. Optimistic (`isolated=False`): no savepoints; a failing frame aborts the
+    page (`PageAbort`). The page's frames share one time limit, and the roster rows they use
+    are held `FOR SHARE` until the page commits.
     """
 
-    def __init__(self, *, boundary: Boundary, time_limit_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        boundary: Boundary,
+        time_limit_s: float,
+        db_limit_s: float | None = None,
+        isolated: bool = True,
+        whole_deadlines: bool = False,
+    ) -> None:
         self.boundary = boundary
         self.deadline_at = time.monotonic() + time_limit_s
+        # the database limits set for the whole page (a frame sets its own only when shorter)
+        self.db_limit_s = time_limit_s if db_limit_s is None else min(db_limit_s, time_limit_s)
+        self.isolated = isolated
+        # a frame starts only with its whole deadline ahead (else skipped: "page")
+        self.whole_deadlines = whole_deadlines
         self.stopped: set[str] = set()
+        self.rows: dict[str, RosterView] = {}  # roster rows this page holds FOR SHARE
+        self.usage = PageUsage()
+        self.reports: list[tuple[str, FrameOutcome]] = []  # optimistic: heard after the page
+        # failures of an aborted optimistic run, by (extension, hook, item): not run again
+        self.known: dict[tuple[str, str, str], _Failure] = {}
 
     def remaining(self) -> float:
         return max(self.deadline_at - time.monotonic(), deadlines.MIN_DEADLINE_SECONDS)
 
+    def lock(self, extension_ids: Iterable[str]) -> None:
+        """Take the roster rows of these extensions `FOR SHARE` in one statement, in the page's
+        own transaction (outside any frame's savepoint), for every frame of the page to use."""
+        wanted = sorted(set(extension_ids) - set(self.rows))
+        for row in _lock_roster_rows(wanted) if wanted else ():
+            self.rows[row.id] = row
+            self.usage.seed(row.id, row.usage)
+
+
+class PageAbort(Exception):
+    """A frame of an optimistic page failed: the page is rolled back whole and run again."""
+
+    def __init__(self, culprit: tuple[str, str, str], failure: _Failure) -> None:
+        super().__init__(f"{culprit[0]}: {failure.reason}")
+        self.culprit = culprit
+        self.failure = failure
+
 
 @contextmanager
 def frame_page(
-    *, boundary: Boundary = "worker", time_limit_s: float | None = None
+    *,
+    boundary: Boundary = "worker",
+    time_limit_s: float | None = None,
+    db_limit_s: float | None = None,
+    isolated: bool = True,
+    whole_deadlines: bool = False,
 ) -> Iterator[FramePage]:
     """Open a page: one durable transaction for several frames."""
     limit = time_limit_s if time_limit_s is not None else deadlines.default_deadline(boundary)
-    with transaction.atomic(durable=True):
-        page = FramePage(boundary=boundary, time_limit_s=limit)
-        deadlines.database_limits(limit)
-        yield page
+    try:
+        with transaction.atomic(durable=True):
+            page = FramePage(
+                boundary=boundary,
+                time_limit_s=limit,
+                db_limit_s=db_limit_s,
+                isolated=isolated,
+                whole_deadlines=whole_deadlines,
+            )
+            deadlines.database_limits(page.db_limit_s)
+            yield page
+            page.usage.flush()
+    finally:
+        clear_deferred()  # the delivery counts of the page's frames that finished
 
 
 def run_page(
@@ -146,14 +218,34 @@ def run_page(
     *,
     boundary: Boundary = "worker",
     time_limit_s: float | None = None,
+    db_limit_s: float | None = None,
+    optimistic: bool = False,
+    whole_deadlines: bool = False,
 ) -> T:
-    """Run `fn(page)` in a page, again from the start after a host-transient database error."""
+    """Run `fn(page)` in a page, again from the start after a host-transient database error.
+    Optimistic: without savepoints first, and isolated again after a frame failed."""
+    known: dict[tuple[str, str, str], _Failure] = {}
 
     def attempt() -> T:
-        with frame_page(boundary=boundary, time_limit_s=time_limit_s) as page:
-            return fn(page)
+        with frame_page(
+            boundary=boundary,
+            time_limit_s=time_limit_s,
+            db_limit_s=db_limit_s,
+            isolated=not optimistic or bool(known),
+            whole_deadlines=whole_deadlines,
+        ) as page:
+            page.known.update(known)
+            result = fn(page)
+        for extension_id, outcome in page.reports:
+            _reported(extension_id, outcome)
+        return result
 
-    return with_transient_retries(attempt)
+    try:
+        return with_transient_retries(attempt)
+    except PageAbort as abort:
+        logger.info("optimistic page aborted (%s): running it again isolated", abort)
+        known[abort.culprit] = abort.failure
+        return with_transient_retries(attempt)
 
 
 @dataclass(frozen=True)
@@ -253,10 +345,13 @@ def _attempt(
     started = time.monotonic()
     try:
         with _frame_transaction(page), ExitStack() as counted:
-            # bound the wait for the roster row too (a sync or a stop may hold it FOR UPDATE)
-            provisional = _deadline(None, loaded, boundary, deadline_s, page)
-            deadlines.database_limits(provisional)
-            row = _lock_roster_row(loaded.id)
+            if page is None:
+                # bound the wait for the roster row too (a sync or a stop may hold it FOR UPDATE)
+                provisional = _deadline(None, loaded, boundary, deadline_s)
+                row = _lock_roster_row(loaded.id, limit_s=provisional)  # sets the limits too
+            else:
+                provisional = page.db_limit_s  # set when the page began
+                row = page.rows.get(loaded.id) or _lock_roster_row(loaded.id)
             skipped = _skip(row, loaded, hook)
             if skipped is not None:
                 return skipped
@@ -264,14 +359,22 @@ def _attempt(
             if prepare is not None and prepare() is False:
                 return FrameOutcome(status="skipped", skip="prepare", hook=hook)
             if item is not None and counted.enter_context(
-                delivery_counted(extension_id=loaded.id, hook=hook, item=item)
+                delivery_counted(
+                    extension_id=loaded.id, hook=hook, item=item, deferred=page is not None
+                )
             ):
                 raise _Rollback(_Failure("stop", hook, crashed_reason(hook)))
-            limit = _deadline(row, loaded, boundary, deadline_s, page)
-            if limit != provisional:  # a staff override on the row
-                deadlines.database_limits(limit)
+            own = _deadline(row, loaded, boundary, deadline_s)
+            if page is not None and page.whole_deadlines and page.remaining() < own:
+                return FrameOutcome(status="skipped", skip="page", hook=hook)
+            own_limits = own < provisional or (page is None and own != provisional)
+            if own_limits:
+                deadlines.database_limits(own)  # a staff override, or shorter than the page's
+            limit = own if page is None else min(own, page.remaining())
             grants = frozenset(row.admitted_grants)
             failure = _ensure_activated(loaded, row, grants, limit, page)
+            if failure is None and page is not None:
+                failure = page.known.get((loaded.id, hook, item or ""))  # failed in an abort
             if failure is not None:
                 raise _Rollback(failure)
             frame = Frame(
@@ -284,6 +387,7 @@ def _attempt(
                 deadline_s=limit,
                 page=page,
                 observed=set(observe),
+                usage_base=row.usage if page is None else None,
             )
             ctx = HookContext(loaded=loaded, hook=hook, grants=grants, frame=frame, caller=caller)
             result, failure = _invoke(frame, ctx, call, validate, failures, retry_attempt)
@@ -292,25 +396,35 @@ def _attempt(
             _commit_bookkeeping(frame)
             if finish is not None:
                 finish(result)
-            if page is not None:
-                deadlines.database_limits(page.remaining())
+            if page is not None and own_limits:
+                deadlines.database_limits(page.db_limit_s)
             return _reported(
                 loaded.id,
                 FrameOutcome(
                     status="ok", value=result, hook=hook, elapsed_s=time.monotonic() - started
                 ),
+                page,
             )
     except _Rollback as rollback:
         failure = rollback.failure
+        if page is not None and not page.isolated and failure.kind != "transient":
+            raise PageAbort((loaded.id, hook, item or ""), failure) from failure.cause
     except DatabaseError as exc:
         # host-side database trouble (the row lock, bookkeeping, the commit): never a stop
         if is_transient(exc):
             raise TransientDatabaseError(str(exc)) from exc
         raise
-    return _reported(loaded.id, _after_rollback(loaded, failure, page, time.monotonic() - started))
+    return _reported(
+        loaded.id, _after_rollback(loaded, failure, page, time.monotonic() - started), page
+    )
 
 
-def _reported(extension_id: str, outcome: FrameOutcome) -> FrameOutcome:
+def _reported(
+    extension_id: str, outcome: FrameOutcome, page: FramePage | None = None
+) -> FrameOutcome:
+    if page is not None and not page.isolated:
+        page.reports.append((extension_id, outcome))  # heard if the page is not aborted
+        return outcome
     for listener in outcome_listeners:
         try:
             listener(extension_id, outcome)
@@ -358,25 +472,97 @@ def _frame_transaction(page: FramePage | None) -> Iterator[None]:
     if page is None:
         with transaction.atomic(durable=True):
             yield
-    else:
+    elif page.isolated:
         with transaction.atomic():  # a savepoint of the page's transaction
             yield
+    else:
+        yield  # optimistic: a failure aborts the page
 
 
-def _lock_roster_row(extension_id: str) -> RosterEntry | None:
-    """The roster row, `FOR SHARE` on PostgreSQL (SQLite's IMMEDIATE transactions already
-    exclude every other writer)."""
-    if connection.vendor == "postgresql":
-        table = RosterEntry._meta.db_table
-        rows = RosterEntry.objects.raw(
-            f'SELECT * FROM "{table}" WHERE "id" = %s FOR SHARE',  # noqa: S608 (our table name)
-            [extension_id],
+@dataclass(frozen=True)
+class RosterView:
+    """What a frame reads of its extension's roster row (taken `FOR SHARE`), and the
+    extension's committed usage when it came with the row."""
+
+    id: str
+    status: str
+    revision: str
+    reason: str
+    deadline_seconds: float | None
+    admitted_grants: list[str]
+    quotas: dict[str, int]
+    activation_epoch: int
+    usage: tuple[int, int] | None
+
+
+_ROSTER_COLUMNS = (
+    "id",
+    "status",
+    "revision",
+    "reason",
+    "deadline_seconds",
+    "admitted_grants",
+    "quotas",
+    "activation_epoch",
+)
+
+
+def roster_view(extension_id: str) -> RosterView | None:
+    """The extension's roster row as frames see it, read without a lock (pre-checks)."""
+    return next(iter(_lock_roster_rows([extension_id], lock=False)), None)
+
+
+def _lock_roster_row(extension_id: str, *, limit_s: float | None = None) -> RosterView | None:
+    return next(iter(_lock_roster_rows([extension_id], limit_s=limit_s)), None)
+
+
+def _lock_roster_rows(
+    extension_ids: list[str], *, limit_s: float | None = None, lock: bool = True
+) -> list[RosterView]:
+    """Roster rows `FOR SHARE`, in id order, each with its committed usage; on PostgreSQL
+    `limit_s` also sets the database limits — one plain statement for all three (a frame's
+    first round trip). SQLite's IMMEDIATE transactions already exclude every other writer.
+
+    `set_config(…, true)` is `SET LOCAL`. It runs before the row lock is waited for, so the
+    new `lock_timeout` bounds that wait, and `statement_timeout` applies from the next
+    statement on."""
+    postgres = connection.vendor == "postgresql"
+    roster = connection.ops.quote_name(RosterEntry._meta.db_table)
+    usage = connection.ops.quote_name(UsageSlot._meta.db_table)
+    limits, params = "", []
+    if postgres and limit_s is not None:
+        ms = str(max(int(limit_s * 1000), 1))
+        limits = "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
+        params = [ms, ms]
+    summed = "SELECT COALESCE(SUM(u.{0}), 0) FROM " + usage + " u WHERE u.extension_id = r.id"  # noqa: S608
+    columns = ", ".join(f"r.{connection.ops.quote_name(c)}" for c in _ROSTER_COLUMNS)
+    sql = (
+        f"SELECT {limits}{columns}, ({summed.format('records')}), "  # noqa: S608
+        f"({summed.format('bytes')}) FROM {roster} r "
+        f"WHERE r.id IN ({', '.join(['%s'] * len(extension_ids))}) ORDER BY r.id"
+        + (" FOR SHARE OF r" if postgres and lock else "")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *extension_ids])
+        found = cursor.fetchall()
+    skip = 2 if limits else 0
+    return [
+        RosterView(
+            *values[skip : skip + 5],
+            admitted_grants=_json(values[skip + 5]) or [],
+            quotas=_json(values[skip + 6]) or {},
+            activation_epoch=values[skip + 7],
+            usage=(int(values[skip + 8]), int(values[skip + 9])),
         )
-        return next(iter(rows), None)
-    return RosterEntry.objects.filter(pk=extension_id).first()
+        for values in found
+    ]
 
 
-def _skip(row: RosterEntry | None, loaded: LoadedExtension, hook: str) -> FrameOutcome | None:
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _skip(row: RosterView | None, loaded: LoadedExtension, hook: str) -> FrameOutcome | None:
     if row is None:
         return FrameOutcome(
             status="skipped", skip="missing", hook=hook, reason="Extension is not in the roster"
@@ -399,12 +585,9 @@ def _skip(row: RosterEntry | None, loaded: LoadedExtension, hook: str) -> FrameO
 
 
 def _deadline(
-    row: RosterEntry | None,
-    loaded: LoadedExtension,
-    boundary: Boundary,
-    explicit: float | None,
-    page: FramePage | None,
+    row: RosterView | None, loaded: LoadedExtension, boundary: Boundary, explicit: float | None
 ) -> float:
+    """The extension's own deadline for this hook (clamped), before any page's time limit."""
     if explicit is not None:
         limit = explicit
     elif row is not None and row.deadline_seconds:
@@ -413,8 +596,7 @@ def _deadline(
         limit = loaded.definition.deadline_s
     else:
         limit = deadlines.default_deadline(boundary)
-    limit = min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)
-    return min(limit, page.remaining()) if page is not None else limit
+    return min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)
 
 
 def _invoke(
@@ -517,7 +699,7 @@ _activated: dict[str, tuple[str, int]] = {}
 
 def _ensure_activated(
     loaded: LoadedExtension,
-    row: RosterEntry,
+    row: RosterView,
     grants: frozenset[str],
     limit: float,
     page: FramePage | None,

@@ -15,7 +15,7 @@ from pydantic_core import PydanticSerializationError
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.context import HookContext
 from extensions_host.runtime.current import InvalidResult
-from extensions_host.runtime.frames import FrameOutcome, run_frame
+from extensions_host.runtime.frames import FrameOutcome, FramePage, run_frame
 from extensions_host.sdk import Caller, CatalogEntry, Command
 
 MSG_OUTPUT_INVALID = "Extension command output is invalid"
@@ -93,6 +93,7 @@ def hook_project(
     conversation_id: str,
     project: bool,
     catalog: list[CatalogEntry] | None,
+    page: FramePage | None = None,
 ) -> FrameOutcome:
     """The read-only projection of one extension: `(value, catalog)` — the `project` hook's
     value encoded with the projection schema (None → null), and the command catalog adapted by
@@ -137,6 +138,7 @@ def hook_project(
         mode="read",
         failures="stop",
         boundary="request",
+        page=page,
     )
 
 

@@ -16,9 +16,9 @@ from core.auth import Principal
 from core.errors import MSG_FORBIDDEN, HostError
 from core.models import IdempotencyResult
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.models import ExtensionStatus
 from extensions_host.registry import LoadedExtension
-from extensions_host.runtime.frames import FrameOutcome
+from extensions_host.runtime.frames import FrameOutcome, roster_view
 from extensions_host.runtime.hooks import command_hook_name, hook_command
 from extensions_host.runtime.stops import extension_stop
 from extensions_host.sdk import Caller, CatalogEntry, Command, Extension
@@ -113,7 +113,7 @@ def command_call(
 
 def _available(extension_id: str) -> LoadedExtension:
     loaded = registry.get(extension_id)
-    row = RosterEntry.objects.filter(pk=extension_id).first()
+    row = roster_view(extension_id)
     if (
         loaded is None
         or row is None

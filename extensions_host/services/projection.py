@@ -12,6 +12,8 @@ from core.auth import Principal
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
+from extensions_host.runtime.deadlines import default_deadline
+from extensions_host.runtime.frames import FrameOutcome, FramePage, run_page
 from extensions_host.runtime.hooks import hook_project
 from extensions_host.runtime.stops import extension_stop, missing_handler_reason
 from extensions_host.services.commands import command_catalog
@@ -21,15 +23,37 @@ MSG_UPDATING = "Extension is updating to a new revision"
 
 
 def projection_build(*, principal: Principal, conversation_id: str) -> dict[str, Any]:
+    """Every slot, the conversation's version and the visible attention items.
+
+    The `project` hooks of all the slots run as the frames of one optimistic page (group
+    commit: one transaction, the roster rows locked in one statement). The page's time limit is
+    twice the request deadline, and a frame starts only with its whole deadline ahead: a slow
+    projection is stopped at its own deadline, and the slots it leaves no time for answer
+    `value: null` this time (running, not stopped)."""
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
     slots: dict[str, dict[str, Any]] = {}
+    projected: list[tuple[RosterEntry, LoadedExtension, bool, bool]] = []
     for row in RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED).order_by("id"):
         grants = set(row.admitted_grants)
         projects, commands = "projection" in grants, "commands" in grants
         loaded = registry.get(row.id)
         if not (projects or commands) or loaded is None:
             continue
-        slots[row.id] = _slot(row, loaded, conversation.id, projects=projects, commands=commands)
+        slots[row.id] = _unprojected(row, loaded, projects=projects)
+        if not slots[row.id]:
+            projected.append((row, loaded, projects, commands))
+    if projected:
+        deadline = default_deadline("request")
+        outcomes = run_page(
+            lambda page: _project_all(page, projected, conversation.id),
+            boundary="request",
+            time_limit_s=2 * deadline,
+            db_limit_s=deadline,
+            optimistic=True,
+            whole_deadlines=True,
+        )
+        for (row, loaded, _, commands), outcome in zip(projected, outcomes, strict=True):
+            slots[row.id] = _slot(loaded, outcome, commands=commands)
     version = (
         Conversation.objects.filter(pk=conversation.id).values_list("version", flat=True).first()
     )
@@ -46,14 +70,8 @@ def _stopped(revision: str, reason: str) -> dict[str, Any]:
     return {"status": "stopped", "revision": revision, "reason": reason}
 
 
-def _slot(
-    row: RosterEntry,
-    loaded: LoadedExtension,
-    conversation_id: str,
-    *,
-    projects: bool,
-    commands: bool,
-) -> dict[str, Any]:
+def _unprojected(row: RosterEntry, loaded: LoadedExtension, *, projects: bool) -> dict[str, Any]:
+    """The slot of an extension whose hooks do not run for this projection ({} when they do)."""
     if row.status == ExtensionStatus.STOPPED:
         return _stopped(row.revision, row.reason)
     if row.revision != loaded.revision:
@@ -66,17 +84,37 @@ def _slot(
             revision=loaded.revision,
         )
         return _stopped(loaded.revision, stop.reason)
-    catalog = command_catalog(loaded) if commands else None
-    outcome = hook_project(
-        loaded=loaded, conversation_id=conversation_id, project=projects, catalog=catalog
-    )
+    return {}
+
+
+def _project_all(
+    page: FramePage,
+    projected: list[tuple[RosterEntry, LoadedExtension, bool, bool]],
+    conversation_id: str,
+) -> list[FrameOutcome]:
+    page.lock(row.id for row, *_ in projected)
+    return [
+        hook_project(
+            loaded=loaded,
+            conversation_id=conversation_id,
+            project=projects,
+            catalog=command_catalog(loaded) if commands else None,
+            page=page,
+        )
+        for _, loaded, projects, commands in projected
+    ]
+
+
+def _slot(loaded: LoadedExtension, outcome: FrameOutcome, *, commands: bool) -> dict[str, Any]:
     if outcome.status == "stopped" or outcome.skip == "stopped":
         return _stopped(loaded.revision, outcome.reason)
     if outcome.ok:
         value, entries = outcome.value
     else:
-        # a `Retry` (or a revision change mid-request): no value this time, not a stop
+        # a `Retry`, a revision change mid-request, or no time left in the page: no value this
+        # time, not a stop
         value = None
+        catalog = command_catalog(loaded) if commands else None
         entries = None if catalog is None else [e.model_dump(mode="json") for e in catalog]
     slot: dict[str, Any] = {"status": "running", "revision": loaded.revision, "value": value}
     if entries is not None:

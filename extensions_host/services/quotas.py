@@ -2,9 +2,11 @@
 
 Usage is kept in a few counter rows per extension (`UsageSlot`); a frame adds its delta to the
 slot of its own process/thread at commit, so concurrent writers of one extension do not
-serialise on one hot row. A write is checked against the committed sum (read once per frame)
-plus the frame's own delta, so the overshoot is bounded by what frames running at the same time
-write — at most a page of writes each.
+serialise on one hot row. A write is checked against the committed sum (read once per frame,
+or once per page and extension in a group commit) plus the deltas not committed yet, so the
+overshoot is bounded by what frames running at the same time write — at most a page of writes
+each. In a page, a frame's delta joins the page's on success and the page adds them to the
+slots in one statement per extension just before it commits (`PageUsage`).
 """
 
 from __future__ import annotations
@@ -43,10 +45,50 @@ def usage_totals(*, extension_id: str) -> tuple[int, int]:
     return int(totals["records"] or 0), int(totals["bytes"] or 0)
 
 
+class PageUsage:
+    """The usage of the frames of one page (group commit): the committed totals, read once per
+    extension, and the deltas of the page's frames that succeeded, flushed at the page's end."""
+
+    def __init__(self) -> None:
+        self._base: dict[str, tuple[int, int]] = {}
+        self._delta: dict[str, list[int]] = {}
+
+    def seed(self, extension_id: str, totals: tuple[int, int] | None) -> None:
+        """The committed totals, read with the roster row (None: read at the first write)."""
+        if totals is not None:
+            self._base.setdefault(extension_id, totals)
+
+    def base(self, extension_id: str) -> tuple[int, int]:
+        """Committed totals plus the deltas of this page's earlier frames."""
+        if extension_id not in self._base:
+            self._base[extension_id] = usage_totals(extension_id=extension_id)
+        records, size = self._base[extension_id]
+        delta = self._delta.get(extension_id, [0, 0])
+        return records + delta[0], size + delta[1]
+
+    def add(self, frame: Frame) -> None:
+        """A frame of the page succeeded: its delta joins the page's."""
+        if frame.delta_records or frame.delta_bytes:
+            delta = self._delta.setdefault(frame.extension_id, [0, 0])
+            delta[0] += frame.delta_records
+            delta[1] += frame.delta_bytes
+        frame.delta_records = frame.delta_bytes = 0
+
+    def flush(self) -> None:
+        for extension_id, (records, size) in self._delta.items():
+            usage_add(extension_id=extension_id, records=records, size=size)
+        self._delta.clear()
+
+
 def usage_charge(*, frame: Frame, records: int, size: int) -> None:
     """Check a write against the quotas, then add it to the frame's delta."""
     if frame.usage_base is None:
-        frame.usage_base = usage_totals(extension_id=frame.extension_id)
+        page = frame.page
+        frame.usage_base = (
+            page.usage.base(frame.extension_id)
+            if page is not None
+            else usage_totals(extension_id=frame.extension_id)
+        )
     base_records, base_bytes = frame.usage_base
     if records > 0:
         limit = quota_limit(overrides=frame.quotas, name="max_records")
@@ -61,21 +103,26 @@ def usage_charge(*, frame: Frame, records: int, size: int) -> None:
 
 
 def usage_flush(*, frame: Frame) -> None:
-    """Add the frame's delta to its slot, inside the frame's transaction."""
-    if not frame.delta_records and not frame.delta_bytes:
+    """Add the frame's delta to its slot, inside the frame's transaction (in a page: to the
+    page's delta, added at the page's end)."""
+    if frame.page is not None:
+        frame.page.usage.add(frame)
+        return
+    usage_add(extension_id=frame.extension_id, records=frame.delta_records, size=frame.delta_bytes)
+    frame.delta_records = frame.delta_bytes = 0
+
+
+def usage_add(*, extension_id: str, records: int, size: int) -> None:
+    """Add a delta to this process/thread's slot (created on first use)."""
+    if not records and not size:
         return
     slot = _slot()
-    updated = UsageSlot.objects.filter(extension_id=frame.extension_id, slot=slot).update(
-        records=F("records") + frame.delta_records, bytes=F("bytes") + frame.delta_bytes
-    )
-    if not updated:
+    changed = {"records": F("records") + records, "bytes": F("bytes") + size}
+    if not UsageSlot.objects.filter(extension_id=extension_id, slot=slot).update(**changed):
         UsageSlot.objects.bulk_create(
-            [UsageSlot(extension_id=frame.extension_id, slot=slot)], ignore_conflicts=True
+            [UsageSlot(extension_id=extension_id, slot=slot)], ignore_conflicts=True
         )
-        UsageSlot.objects.filter(extension_id=frame.extension_id, slot=slot).update(
-            records=F("records") + frame.delta_records, bytes=F("bytes") + frame.delta_bytes
-        )
-    frame.delta_records = frame.delta_bytes = 0
+        UsageSlot.objects.filter(extension_id=extension_id, slot=slot).update(**changed)
 
 
 def usage_slots_ensure(*, extension_id: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.db import connection
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
@@ -73,11 +74,14 @@ def encode_record(spec: Collection[Any], name: str, value: Any) -> tuple[str, st
 
 def record_get(*, extension_id: str, collection: str, spec: Collection[Any], key: str) -> Any:
     check_key(key, "A record key")
-    text = (
-        ExtensionRecord.objects.filter(extension_id=extension_id, collection=collection, key=key)
-        .values_list("value", flat=True)
-        .first()
-    )
+    with connection.cursor() as cursor:  # a plain statement: every hook's hottest read
+        cursor.execute(
+            f"SELECT value FROM {_table()} "  # noqa: S608 (our table name)
+            "WHERE extension_id = %s AND collection = %s AND key = %s",
+            [extension_id, collection, key],
+        )
+        found = cursor.fetchone()
+    text = None if found is None else found[0]
     return None if text is None else decode_value(spec.model, text, f"{collection} record")
 
 
@@ -102,31 +106,41 @@ def record_page(
 
 
 def record_put(*, frame: Frame, collection: str, spec: Collection[Any], value: Any) -> None:
+    """Insert or replace the record, its row locked first so the usage delta is exact.
+
+    Two plain statements (the hottest write path of every hook): the lock-read of the record
+    alone — never joined to the roster row, which every frame holds `FOR SHARE` — then the
+    insert or the update."""
     key, index, encoded, size = encode_record(spec, collection, value)
-    rows = list(
-        # `of=self` and no ordering: the model's default ordering joins the roster, and a plain
-        # FOR UPDATE would then lock the extension's roster row (which every frame holds
-        # FOR SHARE) — serialising the extension's writers and risking deadlocks.
-        ExtensionRecord.objects.select_for_update(of=("self",))
-        .filter(extension_id=frame.extension_id, collection=collection, key=key)
-        .order_by()
-        .values_list("pk", "size_bytes")[:1]
-    )
-    existing = rows[0] if rows else None
-    if existing is None:
-        usage_charge(frame=frame, records=1, size=size)
-        ExtensionRecord.objects.create(
-            extension_id=frame.extension_id,
-            collection=collection,
-            key=key,
-            index=index,
-            value=encoded,
-            size_bytes=size,
+    table = _table()
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, size_bytes FROM {table} "  # noqa: S608 (our table name)
+            f"WHERE extension_id = %s AND collection = %s AND key = %s{lock}",
+            [frame.extension_id, collection, key],
         )
-        return
-    pk, old_size = existing
-    usage_charge(frame=frame, records=0, size=size - old_size)
-    ExtensionRecord.objects.filter(pk=pk).update(index=index, value=encoded, size_bytes=size)
+        existing = cursor.fetchone()
+        if existing is None:
+            usage_charge(frame=frame, records=1, size=size)
+            cursor.execute(
+                f"INSERT INTO {table} "  # noqa: S608
+                '(extension_id, collection, key, "index", value, size_bytes) '
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                [frame.extension_id, collection, key, index, encoded, size],
+            )
+            return
+        pk, old_size = existing
+        usage_charge(frame=frame, records=0, size=size - old_size)
+        cursor.execute(
+            f'UPDATE {table} SET "index" = %s, value = %s, size_bytes = %s '  # noqa: S608
+            "WHERE id = %s",
+            [index, encoded, size, pk],
+        )
+
+
+def _table() -> str:
+    return connection.ops.quote_name(ExtensionRecord._meta.db_table)
 
 
 def record_remove(*, frame: Frame, collection: str, key: str) -> bool:

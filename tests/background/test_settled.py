@@ -16,11 +16,19 @@ from extensions_host.background.services.settled import (
     settled_notify,
     settled_sweep,
 )
-from extensions_host.models import ExtensionStatus
+from extensions_host.models import ExtensionRecord, ExtensionStatus
 from extensions_host.sdk import Retry
 
 from .conftest import resume, roster, settle_runs
-from .exts import make_ext
+from .exts import Effect, make_ext
+
+
+def effects(extension_id: str) -> set[str]:
+    return set(
+        ExtensionRecord.objects.filter(extension_id=extension_id, collection="effect").values_list(
+            "key", flat=True
+        )
+    )
 
 
 class Consumer:
@@ -208,3 +216,55 @@ def test_the_beat_sweep_initialises_cursors_and_kicks_only_consumers_that_are_be
         assert settled_sweep() == ["alpha"]
 
     assert set(SettledCursor.objects.values_list("pk", flat=True)) == {"alpha", "beta"}
+
+
+def test_a_delivery_page_commits_the_batches_before_a_failure_and_never_reruns_the_culprit(
+    install, conversation, settings
+):
+    settings.HOST_SETTLED_BATCH = 2
+    calls: list[list[int]] = []
+
+    def consume(ctx: Any, runs: list[RunSettledEvent]) -> None:
+        sequences = [run.sequence for run in runs]
+        calls.append(sequences)
+        for sequence in sequences:
+            ctx.collection("effect").put(Effect(key=str(sequence)))
+        if sequences[0] == failing_at:
+            raise RuntimeError("third batch")
+
+    install(make_ext("alpha", on_settled=consume))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    sequences = settle_runs("c1", 8)
+    failing_at = sequences[4]
+
+    assert settled_deliver(extension_id="alpha", frames=10) is False
+
+    # one page: two batches committed, the third rolled back and its consumer stopped
+    assert SettledCursor.objects.get(pk="alpha").position == sequences[3]
+    assert effects("alpha") == {str(s) for s in sequences[:4]}
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "on_settled defect: third batch"
+    assert [batch for batch in calls if batch[0] == failing_at] == [sequences[4:6]]  # ran once
+    assert sequences[6] not in {s for batch in calls for s in batch}  # nothing after it ran
+
+    resume("alpha")
+    failing_at = -1
+    settled_deliver_all(extension_id="alpha")
+    assert effects("alpha") == {str(s) for s in sequences}
+    assert SettledCursor.objects.get(pk="alpha").position == sequences[-1]
+
+
+def test_a_delivery_page_hands_every_batch_once_in_order(install, conversation, settings):
+    settings.HOST_SETTLED_BATCH = 3
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    sequences = settle_runs("c1", 8)
+
+    assert settled_deliver(extension_id="alpha", frames=2) is True  # 6 of 8 in one page
+    assert SettledCursor.objects.get(pk="alpha").position == sequences[5]
+    assert settled_deliver(extension_id="alpha", frames=2) is False
+
+    assert consumer.batches == [sequences[0:3], sequences[3:6], sequences[6:8]]

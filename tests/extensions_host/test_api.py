@@ -8,6 +8,7 @@ import pytest
 
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus
+from extensions_host.runtime import frames
 from extensions_host.sdk import CatalogEntry
 
 from .conftest import fire_timer, roster
@@ -211,3 +212,76 @@ def test_resume_is_admin_only_and_resumes(install, api, owner, staff):
     assert (
         api(staff).post("/v1/extensions/alpha/resume", {"x": 1}, format="json").status_code == 400
     )
+
+
+class PageClock:
+    """The monotonic clock of frame pages, advanced by the hooks instead of by sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_projection_hooks_share_one_page_and_a_slot_without_time_left_is_not_stopped(
+    install, conversation, owner, api, settings, monkeypatch
+):
+    settings.HOST_HOOK_DEADLINE_REQUEST_MS = 1_000  # the page has 2 s; each hook needs 1 s
+    clock = PageClock()
+    monkeypatch.setattr(frames, "time", clock)
+    calls: list[str] = []
+
+    def slow(ext_id: str) -> Any:
+        def project(ctx: Any, conversation_id: str) -> Board:
+            calls.append(ext_id)
+            clock.now += 0.6
+            return Board(count=1)
+
+        return project
+
+    install(
+        board_ext("a1", project=slow("a1")),
+        board_ext("a2", project=slow("a2")),
+        board_ext("c3", project=slow("c3")),
+    )
+    conversation("c1")
+
+    slots = projection(api(owner)).json()["slots"]
+
+    assert calls == ["a1", "a2"]  # after 1.2 s, less than c3's 1 s deadline was left
+    assert slots["a1"]["value"] == slots["a2"]["value"] == {"count": 1}
+    assert slots["c3"]["status"] == "running"
+    assert slots["c3"]["value"] is None
+    assert [e["name"] for e in slots["c3"]["catalog"]] == ["add", "clear"]
+    assert roster("c3").status == ExtensionStatus.RUNNING
+
+
+def test_a_failing_projection_hook_runs_once_and_the_others_still_project(
+    install, conversation, owner, api
+):
+    calls: list[str] = []
+
+    def tracked(ext_id: str, fail: bool = False) -> Any:
+        def project(ctx: Any, conversation_id: str) -> Board:
+            calls.append(ext_id)
+            if fail:
+                raise RuntimeError("no")
+            return Board(count=2)
+
+        return project
+
+    install(
+        board_ext("a1", project=tracked("a1")),
+        board_ext("b2", project=tracked("b2", fail=True)),
+        board_ext("c3", project=tracked("c3")),
+    )
+    conversation("c1")
+
+    slots = projection(api(owner)).json()["slots"]
+
+    assert calls.count("b2") == 1  # the page ran again without calling it a second time
+    assert slots["b2"]["status"] == "stopped"
+    assert slots["b2"]["reason"] == "project defect: no"
+    assert slots["a1"]["value"] == slots["c3"]["value"] == {"count": 2}
+    assert roster("a1").status == roster("c3").status == ExtensionStatus.RUNNING

@@ -109,7 +109,9 @@ def kick_clear(channel: str, extension_id: str) -> None:
 PAGE_ATTEMPTS = 3
 
 
-def page_with_retries(fn: Callable[[FramePage], T], *, time_limit_s: float | None = None) -> T:
+def page_with_retries(
+    fn: Callable[[FramePage], T], *, time_limit_s: float | None = None, optimistic: bool = False
+) -> T:
     """`run_page` (group commit, retried after host-transient errors), and again when a stop
     written into the page could not be written (`store/unavailable`).
 
@@ -121,7 +123,7 @@ def page_with_retries(fn: Callable[[FramePage], T], *, time_limit_s: float | Non
     limit = default_deadline("worker") if time_limit_s is None else time_limit_s
     for attempt in range(PAGE_ATTEMPTS):
         try:
-            return run_page(fn, boundary="worker", time_limit_s=limit)
+            return run_page(fn, boundary="worker", time_limit_s=limit, optimistic=optimistic)
         except HostError as exc:
             if exc.cause != "unavailable" or attempt + 1 == PAGE_ATTEMPTS:
                 raise

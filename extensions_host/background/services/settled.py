@@ -2,11 +2,13 @@
 
 - The **core cursor** is the highest committed settled sequence (the settled counter: it is
   gap-free in commit order, so every sequence up to it is visible).
-- Each consumer has a cursor row. A delivery is one frame: the cursor row is locked
-  (`FOR UPDATE SKIP LOCKED`: one deliverer per consumer at a time, others go on), the runs with
-  `sequence > cursor` (up to a batch, in order) are handed to `on_settled(ctx, runs)`, and the
-  cursor advances to the last of them **in the same transaction**. A failure stops that
-  consumer with its cursor unmoved; after resume it receives exactly what it missed.
+- Each consumer has a cursor row. A delivery is a page (one transaction, group commit) of up to
+  `frames` frames: the cursor row is locked (`FOR UPDATE SKIP LOCKED`: one deliverer per
+  consumer at a time, others go on), the runs with `sequence > cursor` are read once, in order,
+  and handed to `on_settled(ctx, runs)` a batch per frame; the cursor advances to the last run
+  of the last frame that succeeded **in the same transaction**. A failure stops that consumer
+  with its cursor after the last batch it took; after resume it receives exactly what it
+  missed. The page is optimistic (no savepoint per frame; a failure runs it again isolated).
 - Consumers are independent: each has its own task and its own row; a stopped or slow one
   never delays another.
 - Triggers: after each settle commits (`settled_notify`) and on every beat tick
@@ -17,14 +19,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import Max, Q
 
 from conversations.models import Run, SettledCounter
-from conversations.selectors import RunSettledEvent, run_settled_events
+from conversations.selectors import SETTLED_BATCH_MAX, RunSettledEvent, run_settled_events
 from core import clock
 from extensions_host import registry
 from extensions_host.background.models import SettledCursor
@@ -36,9 +38,9 @@ from extensions_host.background.services.common import (
     kick_clear,
     kick_ensure,
     logger,
+    page_with_retries,
 )
-from extensions_host.runtime import HookContext, missing_handler_reason, run_frame
-from extensions_host.runtime.transient import with_transient_retries
+from extensions_host.runtime import FramePage, HookContext, missing_handler_reason, run_frame
 from extensions_host.sdk import ExtensionStop
 
 
@@ -73,72 +75,81 @@ def settled_lag(*, extension_id: str) -> dict[str, Any]:
     }
 
 
-def settled_deliver(*, extension_id: str, batch: int | None = None) -> bool:
-    """Deliver one batch to one consumer in one frame. Returns True when more runs are waiting
-    for it (the caller goes on)."""
+# frames per delivery page in the task body (each frame hands one batch to the hook)
+PAGE_FRAMES = 64
+
+
+@dataclass
+class _Delivered:
+    runs: int = 0
+    more: bool = False
+    missing: bool = False
+
+
+def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int = 1) -> bool:
+    """Deliver up to `frames` batches to one consumer in one page. Returns True when more runs
+    are waiting for it (the caller goes on)."""
     size = settings.HOST_SETTLED_BATCH if batch is None else batch
-    attempt = (
-        SettledCursor.objects.filter(pk=extension_id)
-        .values_list("retry_attempt", flat=True)
-        .first()
-    )
-    if attempt is None:
-        if eligible_ids("settled", ids=[extension_id]):
-            settled_cursor_initialise(extension_id=extension_id)
-        return False
+    frames = max(1, min(frames, SETTLED_BATCH_MAX // size or 1))
     loaded = registry.get(extension_id)
     hook = loaded.definition.hooks.single.get("on_settled") if loaded is not None else None
-    events: list[RunSettledEvent] = []
 
-    def prepare() -> bool:
-        row = SettledCursor.objects.select_for_update(skip_locked=True).filter(pk=extension_id)
-        cursor = row.values_list("position", "not_before").first()
-        if cursor is None:
-            return False  # another worker is delivering to this consumer right now
-        position, not_before = cursor
-        if not_before is not None and not_before > clock.now_ms():
-            return False  # a Retry asked for a pause
-        events[:] = run_settled_events(after=position, limit=size)
-        return bool(events)
-
-    def call(ctx: HookContext) -> Any:
-        if hook is None:
-            raise ExtensionStop(missing_handler_reason("settled"))
-        return hook(ctx, list(events))
-
-    def finish(_: Any) -> None:
-        SettledCursor.objects.filter(pk=extension_id).update(
-            position=events[-1].sequence, retry_attempt=0, not_before=None
+    def body(page: FramePage) -> _Delivered:
+        page.lock([extension_id])  # the roster row first, as every frame takes it
+        cursor = (
+            SettledCursor.objects.select_for_update(skip_locked=True)
+            .filter(pk=extension_id)
+            .values_list("position", "not_before", "retry_attempt")
+            .first()
         )
-
-    outcome = run_frame(
-        extension_id=extension_id,
-        hook="on_settled",
-        call=call,
-        boundary="worker",
-        prepare=prepare,
-        finish=finish,
-        retry_attempt=attempt,
-        item="cursor",  # one position at a time per consumer: the one its cursor is at
-    )
-    if outcome.status == "retry":
-        _retry_later(extension_id, outcome.retry_after)
-        return False
-    if outcome.status != "ok":
-        return False
-    return len(events) == size or events[-1].sequence < core_cursor()
-
-
-def _retry_later(extension_id: str, after_seconds: float | None) -> None:
-    not_before = clock.now_ms() + math.ceil((after_seconds or 1) * 1000)
-
-    def step() -> None:
-        with transaction.atomic(durable=True):
-            SettledCursor.objects.filter(pk=extension_id).update(
-                retry_attempt=F("retry_attempt") + 1, not_before=not_before
+        if cursor is None:  # another worker is delivering to this consumer right now, or none
+            return _Delivered(missing=not SettledCursor.objects.filter(pk=extension_id).exists())
+        position, not_before, attempt = cursor
+        if not_before is not None and not_before > clock.now_ms():
+            return _Delivered()  # a Retry asked for a pause
+        events = run_settled_events(after=position, limit=size * frames)
+        done = _Delivered()
+        retry_after: float | None = None
+        for start in range(0, len(events), size):
+            chunk = events[start : start + size]
+            outcome = run_frame(
+                extension_id=extension_id,
+                hook="on_settled",
+                call=lambda ctx, chunk=chunk: _deliver(hook, ctx, chunk),
+                boundary="worker",
+                page=page,
+                retry_attempt=attempt,
+                # one batch at a time per consumer: the one after the position it has reached
+                item=f"cursor@{position}",
             )
+            if outcome.status != "ok":
+                retry_after = (outcome.retry_after or 1) if outcome.status == "retry" else None
+                break
+            position, attempt = chunk[-1].sequence, 0
+            done.runs += len(chunk)
+        else:
+            done.more = len(events) == size * frames
+        if retry_after is not None:
+            not_before, attempt = clock.now_ms() + math.ceil(retry_after * 1000), attempt + 1
+        elif done.runs:
+            not_before = None
+        else:
+            return done
+        SettledCursor.objects.filter(pk=extension_id).update(
+            position=position, retry_attempt=attempt, not_before=not_before
+        )
+        return done
 
-    with_transient_retries(step)
+    done = page_with_retries(body, optimistic=True)
+    if done.missing and eligible_ids("settled", ids=[extension_id]):
+        settled_cursor_initialise(extension_id=extension_id)
+    return done.more
+
+
+def _deliver(hook: Any, ctx: HookContext, runs: list[RunSettledEvent]) -> Any:
+    if hook is None:
+        raise ExtensionStop(missing_handler_reason("settled"))
+    return hook(ctx, list(runs))
 
 
 def settled_deliver_all(*, extension_id: str, budget_s: float | None = None) -> bool:
@@ -147,7 +158,7 @@ def settled_deliver_all(*, extension_id: str, budget_s: float | None = None) -> 
     kick_clear(CHANNEL_SETTLED, extension_id)
     budget = settings.HOST_SWEEP_BUDGET_SECONDS if budget_s is None else budget_s
     ends = time.monotonic() + budget
-    while settled_deliver(extension_id=extension_id):
+    while settled_deliver(extension_id=extension_id, frames=PAGE_FRAMES):
         if time.monotonic() >= ends:
             return True
     return False

@@ -6,11 +6,13 @@
   once per frame plus the frame's own inserts (a bounded overshoot, no hot counter row).
 - The sweep takes due timers (host clock) of running, timer-granted extensions, oldest first,
   in pages of 64, `FOR UPDATE SKIP LOCKED` on PostgreSQL, and fires them as one group commit:
-  one outer transaction, a savepoint per timer (`run_page`). The claimed rows stay locked until
-  the page commits, so no other process can re-set, cancel or fire them meanwhile; the
+  one outer transaction (`run_page`), optimistic: no savepoint per timer. The claimed rows stay
+  locked until the page commits, so no other process can re-set, cancel or fire them
+  meanwhile; the roster rows of the page's extensions are locked in one statement; the
   deletions of the fired timers are batched into one statement at the end of the page and
-  commit together with the hooks' effects. A failing hook rolls back only its savepoint, its
-  extension's stop is written into the page, and its timer stays (it fires after resume).
+  commit together with the hooks' effects. A failing hook aborts the page, which runs again
+  with a savepoint per timer: the failing one rolls back alone, its extension's stop is
+  written into the page, and its timer stays (it fires after resume).
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ def timers_fire_page(*, limit: int = PAGE) -> PageResult:
     ids = eligible_ids("timers")
     if not ids:
         return PageResult()
-    return page_with_retries(lambda page: _fire_page(page, ids, limit))
+    return page_with_retries(lambda page: _fire_page(page, ids, limit), optimistic=True)
 
 
 def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
@@ -210,6 +212,7 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
         .values_list("id", "extension_id", "key", "due_at", "retry_attempt")[:limit]
     )
     result = PageResult(claimed=len(claimed))
+    page.lock(extension_id for _, extension_id, *_ in claimed)
     delete_ids: list[int] = []
     touched: set[tuple[str, str]] = set()  # keys an earlier frame of this page set or cancelled
     for timer_id, extension_id, key, due_at, attempt in claimed:
