@@ -4,7 +4,8 @@
 Run-time switches and observations go through files named by environment variables, so the
 test process and the workers see the same ones:
 
-- `REL_DELIVERIES`: `crasher` and `sleeper` append `<pid> <key>` when a hook starts.
+- `REL_DELIVERIES`: `crasher`, `sleeper` and `napper` append `<pid> <key>` when a hook (or a
+  worker run) starts; `faulty` appends `<pid> <ms>:<hook item>`.
 - `REL_PROBES`: the `probe` task appends the id it loaded.
 
 Every effect is a record written in the hook's frame; its `n` counts how often the hook for
@@ -22,7 +23,7 @@ from typing import Any
 from celery import shared_task
 from pydantic import BaseModel
 
-from extensions_host.sdk import Collection, Extension
+from extensions_host.sdk import Collection, Extension, Worker, WorkerWake, add_worker
 
 HEALTHY_IDS = [f"fine{n}" for n in range(9)]
 FAULTY_ID = "faulty"
@@ -104,6 +105,19 @@ crasher = _ext("crasher", {"timers"})
 crasher.on_timer(on_timer_crash)
 
 
+# an idle worker whose every run kills its process (woken by each new conversation)
+NAPPER_WORKER = "nap"
+
+
+def run_nap(ctx: Any, wake: WorkerWake) -> None:
+    _append("REL_DELIVERIES", f"{os.getpid()} {wake.conversation_id}")
+    os._exit(1)
+
+
+napper = _ext("napper", {"lifecycle"})
+add_worker(napper, Worker(NAPPER_WORKER, wake_on=["conversation_created"], run=run_nap))
+
+
 # --- deadline overrun --------------------------------------------------------------------------
 
 SLEEP_S = 5.0
@@ -126,37 +140,42 @@ sleeper.on_timer(on_timer_sleep)
 
 def _mixed(ext_id: str, *, faulty: bool) -> Extension:
     """Timers, settled runs, lifecycle events and a command; the faulty one writes first and
-    then raises in every hook (its writes must all roll back)."""
+    then raises in every hook (its writes must all roll back). Each effect's `data` is the
+    wall-clock time (ms) of the hook that committed it."""
     ext = _ext(ext_id, {"timers", "settled", "lifecycle", "commands"}, auto_resume=False)
 
     def fail(ctx: Any, key: str) -> None:
         if faulty:
-            _append("REL_DELIVERIES", f"{os.getpid()} {time.time_ns() // 1_000_000}")
+            _append("REL_DELIVERIES", f"{os.getpid()} {_now_ms()}:{key}")
             count(ctx, f"doomed-{key}")
             raise RuntimeError(f"{ext_id} fails in every hook")
 
     @ext.on_timer
     def _timer(ctx: Any, timer: Any) -> None:
         fail(ctx, f"timer-{timer.key}")
-        count(ctx, f"timer-{timer.key}")
+        count(ctx, f"timer-{timer.key}", _now_ms())
 
     @ext.on_settled
     def _settled(ctx: Any, runs: list[Any]) -> None:
-        fail(ctx, f"settled-{runs[0].sequence}")
+        fail(ctx, f"settled-{runs[0].sequence:06}")
         for run in runs:
-            count(ctx, f"settled-{run.sequence:06}")
+            count(ctx, f"settled-{run.sequence:06}", _now_ms())
 
     @ext.on_lifecycle("conversation_created")
     def _created(ctx: Any, event: Any) -> None:
         fail(ctx, f"created-{event.conversation_id}")
-        count(ctx, f"created-{event.conversation_id}")
+        count(ctx, f"created-{event.conversation_id}", _now_ms())
 
     @ext.command("poke", scope="global", input=Poke, output=None)
     def _poke(ctx: Any, data: Poke) -> None:
         fail(ctx, f"poke-{data.key}")
-        count(ctx, f"poke-{data.key}")
+        count(ctx, f"poke-{data.key}", _now_ms())
 
     return ext
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 fine0, fine1, fine2, fine3, fine4, fine5, fine6, fine7, fine8 = (

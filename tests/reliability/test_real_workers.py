@@ -12,16 +12,27 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from conversations.services import run_settle
 from conversations.services.conversations import conversation_ensure
 from core import clock
 from extensions_host.background import tasks
-from extensions_host.background.models import Timer
+from extensions_host.background.models import SettledCursor, Timer, WorkerState
 from extensions_host.background.services.common import enqueue
+from extensions_host.background.services.settled import core_cursor
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import run_frame
 
-from .conftest import ready, wait_until
-from .exts import DEADLINE_S, FAULTY_ID, HEALTHY_IDS, SLEEP_S, Effect, Files, probe
+from .conftest import claimed_runs, ready, wait_until
+from .exts import (
+    DEADLINE_S,
+    FAULTY_ID,
+    HEALTHY_IDS,
+    NAPPER_WORKER,
+    SLEEP_S,
+    Effect,
+    Files,
+    probe,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -91,6 +102,46 @@ def test_a_hook_that_kills_its_worker_is_quarantined_after_three_deliveries(
     logs = processes.logs()
     assert "WorkerLostError" in logs or "exited with 'exitcode 1'" in logs
     print(f"\nquarantined after 3 deaths; 200 healthy timers once; {elapsed:.1f}s")
+
+
+def test_an_idle_worker_whose_runs_kill_their_process_is_quarantined_after_three(
+    install, processes, shared_cache, files, owner
+):
+    install("napper")
+    env = worker_env(files, shared_cache)
+    processes.worker(concurrency=1, **env)
+    processes.worker(concurrency=1, **env)
+    ready(processes, 2)
+    started = time.monotonic()
+    woken: list[str] = []
+
+    def worker_state() -> WorkerState | None:
+        return WorkerState.objects.filter(extension_id="napper", name=NAPPER_WORKER).first()
+
+    for n in range(3):  # one wake at a time: wakes during a run would coalesce into one
+        woken.append(conversation_ensure(owner=owner, name=f"nap{n}").conversation.pk)
+        # the run died; its redelivered task recorded it and released the lease at once
+        wait_until(
+            lambda n=n: len(files.delivered()) == n + 1
+            and (state := worker_state()) is not None
+            and state.runs == n + 1
+            and not state.running_token,
+            timeout=30,
+            interval=0.1,
+        )
+    woken.append(conversation_ensure(owner=owner, name="nap3").conversation.pk)
+    wait_until(lambda: roster("napper").status == ExtensionStatus.STOPPED, timeout=30, interval=0.1)
+    elapsed = time.monotonic() - started
+
+    assert roster("napper").reason == f"worker {NAPPER_WORKER} crashed its worker"
+    assert files.delivered() == woken[:3]  # three dead runs, no fourth run: no loop
+    state = worker_state()
+    assert state is not None
+    assert state.pending_wake == {"event": "conversation_created", "conversation_id": woken[3]}
+    assert (state.runs, state.last_outcome, state.running_token) == (4, "failed", "")
+    logs = _all_logs(processes)
+    assert logs.count("WorkerLostError") + logs.count("exited with 'exitcode 1'") >= 3
+    print(f"\nidle worker: 3 dead runs, then quarantined; {elapsed:.1f}s")
 
 
 def test_a_hook_sleeping_ten_times_its_deadline_is_stopped_and_frees_its_worker(
@@ -170,15 +221,20 @@ def test_one_faulty_extension_among_ten_is_stopped_and_the_other_nine_see_no_fai
     install, processes, files, owner, api, monkeypatch
 ):
     ids = [*HEALTHY_IDS, FAULTY_ID]
-    install(*ids)
+    install(*ids)  # every one a settled consumer: the roster sync puts its cursor at the top
+    base = core_cursor()
+    run_ids = claimed_runs(owner, 20, "settle")
     monkeypatch.setenv("REL_DELIVERIES", str(files.deliveries))  # commands run here
     processes.worker(concurrency=1, **worker_env(files))
     processes.worker(concurrency=1, **worker_env(files))
     processes.beat(processes.log_dir / "beat-schedule", **worker_env(files))
     ready(processes, 2)
     now = clock.now_ms()
-    for extension_id in ids:  # 700 timer events
-        set_timers(extension_id, {f"{n:03}": now + n for n in range(70)})
+    for extension_id in ids:  # 500 timer events (set while the faulty one still runs)
+        set_timers(extension_id, {f"{n:03}": now + 10 * n for n in range(50)})
+    for run_id in run_ids:  # 200 settled deliveries (20 runs × 10 consumers)
+        run_settle(run_id=run_id, status="unanswered", reason="done")
+    top = core_cursor()
     tasks.fire_timers.delay()
     for n in range(20):  # 200 lifecycle events
         conversation_ensure(owner=owner, name=f"c{n}")
@@ -199,19 +255,31 @@ def test_one_faulty_extension_among_ten_is_stopped_and_the_other_nine_see_no_fai
 
     wait_until(healthy_done, timeout=75, interval=0.2)
 
+    assert top == base + 20
     bad = roster(FAULTY_ID)
     assert bad.status == ExtensionStatus.STOPPED
     assert "faulty fails in every hook" in bad.reason
     assert effects(FAULTY_ID) == {}  # all its writes rolled back
-    starts = [int(ms) for ms in files.delivered()]
+    assert settled_position(FAULTY_ID) == base  # its on_settled never committed
+    attempts = files.delivered()
+    starts = [int(entry.split(":", 1)[0]) for entry in attempts]
     assert starts and max(starts) <= clock.to_ms(bad.stopped_at)  # no hook after the stop
+    settled = [f"settled-{seq:06}" for seq in range(base + 1, top + 1)]
     for extension_id in HEALTHY_IDS:
         done = effects(extension_id)
         assert {e.n for e in done.values()} == {1}  # every event once, 0 failures
+        assert sorted(k for k in done if k.startswith("settled-")) == settled  # every run once
+        assert settled_position(extension_id) == top
         assert statuses[extension_id] == [200] * 10
         assert roster(extension_id).status == ExtensionStatus.RUNNING
     assert all(status != 500 for status in statuses[FAULTY_ID])
     print(
-        f"\n1,000 events over 10 extensions: faulty stopped ({bad.reason!r}) after "
-        f"{len(starts)} hook starts, 0 after the stop; 9 × 100 healthy effects once"
+        f"\n1,000 events over 10 extensions (500 timers, 200 settled deliveries, 200 lifecycle, "
+        f"100 commands): faulty stopped in {bad.failing_hook} ({bad.reason!r}) after "
+        f"{len(starts)} hook start(s) ({', '.join(attempts)}), 0 after the stop; "
+        f"9 × 100 healthy effects once, 9 × 20 settled runs once"
     )
+
+
+def settled_position(extension_id: str) -> int:
+    return SettledCursor.objects.get(pk=extension_id).position

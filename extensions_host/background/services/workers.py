@@ -8,6 +8,16 @@ services; it writes through `ctx.transact`, whose defects stop the extension as 
 A run that raises or overruns its deadline is recorded as failed and notified as `job.failed`,
 not retried in a loop and not a stop by itself. A wake that arrived during the run is taken by
 the next run, enqueued when this one finishes.
+
+A run that kills its process (segfault, `os._exit`, out of memory) never reaches its finish:
+- its task is redelivered (acks late, reject on worker lost) with the same task id, which is the
+  claim token, so the redelivery recognises its own dead run: it records it as failed (`<hook>
+  crashed its worker`), releases the lease at once instead of leaving the worker blocked until
+  the lease expires, and takes the pending wake if there is one;
+- its runs are counted outside the database (`crashes.py`, one count per worker: the wake a dead
+  run took is not run again): a run that finds `CRASH_LIMIT` earlier runs that never finished
+  stops the extension with `worker <name> crashed its worker` instead of running, and puts its
+  wake back for the resume. A run that finishes, however (ok or failed), clears the count.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import dataclasses
 import inspect
 import time
 import uuid
+from hashlib import sha256
 from typing import Any
 
 from django.db import transaction
@@ -27,7 +38,8 @@ from extensions_host.background.models import Outcome, WorkerState
 from extensions_host.background.services.common import eligible_ids, enqueue
 from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.runtime import deadlines as runtime_deadlines
-from extensions_host.runtime import detached_context
+from extensions_host.runtime import detached_context, extension_stop
+from extensions_host.runtime.crashes import crashed_reason, delivery_counted
 from extensions_host.runtime.current import Frame, HookDeadline
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
@@ -38,8 +50,17 @@ from extensions_host.sdk import ExtensionStop
 LEASE_GRACE_MS = 60_000
 
 
+# the crash count of a worker: one per worker, not per wake (a dead run's wake is not re-run)
+CRASH_ITEM = "run"
+
+
 def worker_id(extension_id: str, name: str) -> str:
     return f"ext:{extension_id}:worker:{name}"
+
+
+def worker_hook(name: str) -> str:
+    """The hook name of a worker's runs (failure reasons, stop reasons, crash counts)."""
+    return f"worker {name}"
 
 
 def worker_wake(*, extension_id: str, name: str, wake: WorkerWake) -> None:
@@ -69,10 +90,15 @@ def _declared(extension_id: str, name: str) -> tuple[Any, Worker] | None:
     return None
 
 
-def worker_run(*, extension_id: str, name: str) -> str:
+def worker_run(*, extension_id: str, name: str, delivery: str | None = None) -> str:
     """Run the worker once if it has a pending wake and no run in flight. Returns what
     happened: `ok`, `failed`, `busy` (another run is in flight), `idle` (no wake), `skipped`
-    (extension not running or worker not declared here)."""
+    (extension not running or worker not declared here), `stopped` (earlier runs kept killing
+    their process: the extension is stopped instead).
+
+    `delivery` identifies this delivery of the run task (default: the current Celery task's
+    id, which a redelivery keeps): a redelivery whose earlier delivery died mid-run takes over
+    its lease."""
     declared = _declared(extension_id, name)
     if declared is None or not eligible_ids("lifecycle", ids=[extension_id]):
         return "skipped"  # a stopped extension's pending wake waits for its resume
@@ -81,19 +107,46 @@ def worker_run(*, extension_id: str, name: str) -> str:
         worker.deadline_s or runtime_deadlines.default_deadline("worker"),
         runtime_deadlines.MAX_DEADLINE_SECONDS,
     )
-    token = uuid.uuid4().hex
+    token = _claim_token(delivery)
     wake = _claim(extension_id, name, token, limit)
     if isinstance(wake, str):
         return wake
+    hook = worker_hook(name)
     started_ms = clock.now_ms()
-    error = _invoke(loaded, worker, wake, limit)
+    with delivery_counted(extension_id=extension_id, hook=hook, item=CRASH_ITEM) as exhausted:
+        error = crashed_reason(hook) if exhausted else _invoke(loaded, worker, wake, limit)
     elapsed_ms = clock.now_ms() - started_ms
-    again = _finish(extension_id, name, token, started_ms, elapsed_ms, error)
-    if again:
+    if exhausted:
+        extension_stop(extension_id=extension_id, hook=hook, reason=crashed_reason(hook))
+    again = _finish(
+        extension_id,
+        name,
+        token,
+        started_ms,
+        elapsed_ms,
+        error,
+        keep=wake if exhausted else None,
+    )
+    if again and not exhausted:
         from extensions_host.background import tasks
 
         enqueue(lambda: tasks.run_worker.delay(extension_id, name))
+    if exhausted:
+        return "stopped"
     return "ok" if error is None else "failed"
+
+
+def _claim_token(delivery: str | None) -> str:
+    """The run's claim token: derived from the task delivery (a redelivery of the same task
+    recognises its own dead run), random outside a task."""
+    if delivery is None:
+        from celery import current_task
+
+        request = getattr(current_task, "request", None) if current_task else None
+        delivery = getattr(request, "id", None)
+    if not delivery:
+        return uuid.uuid4().hex
+    return sha256(f"worker-run\x00{delivery}".encode()).hexdigest()[:32]
 
 
 def _claim(extension_id: str, name: str, token: str, limit: float) -> WorkerWake | str:
@@ -105,26 +158,52 @@ def _claim(extension_id: str, name: str, token: str, limit: float) -> WorkerWake
                 .filter(extension_id=extension_id, name=name)
                 .first()
             )
-            if row is None or row.pending_wake is None:
+            if row is None:
                 return "idle"
-            if row.running_token and (row.running_until or 0) > now:
-                return "busy"  # the run in flight takes this wake when it finishes
+            recorded = bool(row.running_token) and row.running_token == token
+            if recorded:
+                # an earlier delivery of this very task claimed and never finished: its process
+                # died mid-run (a live process never runs two deliveries of one task at once)
+                _record_dead_run(row, now)
+            elif row.running_token and (row.running_until or 0) > now:
+                return "busy"  # the run in flight takes the pending wake when it finishes
+            if row.pending_wake is None:
+                if recorded:
+                    row.save()
+                return "idle"
             wake = WorkerWake(**row.pending_wake)
             row.pending_wake = None
             row.running_token = token
             row.running_since = now
             row.running_until = now + int(limit * 1000) + LEASE_GRACE_MS
-            row.save(
-                update_fields=["pending_wake", "running_token", "running_since", "running_until"]
-            )
+            row.save()
             return wake
 
     return with_transient_retries(step)
 
 
+def _record_dead_run(row: WorkerState, now: int) -> None:
+    """Record the run in flight as failed (its process died) and release its lease."""
+    reason = bounded_reason(crashed_reason(worker_hook(row.name)), row.extension_id)
+    started = row.running_since or now
+    row.running_token = ""
+    row.running_since = None
+    row.running_until = None
+    row.runs += 1
+    row.last_run_at = started
+    row.last_duration_ms = max(now - started, 0)
+    row.last_outcome = Outcome.FAILED
+    row.last_error = reason
+    job_failed_notify(
+        title=f"Worker {row.name} of {row.extension_id} failed",
+        body=reason,
+        job_id=worker_id(row.extension_id, row.name),
+    )
+
+
 def _invoke(loaded: Any, worker: Worker, wake: WorkerWake, limit: float) -> str | None:
     """Call `run(ctx, wake)` outside any transaction; returns the failure reason or None."""
-    hook = f"worker {worker.name}"
+    hook = worker_hook(worker.name)
     ctx = detached_context(extension_id=loaded.id, hook=hook)
     if ctx is None:
         return f"{hook}: extension is not installed here"
@@ -170,7 +249,11 @@ def _finish(
     started_ms: int,
     elapsed_ms: int,
     error: str | None,
+    *,
+    keep: WorkerWake | None = None,
 ) -> bool:
+    """Record the run's outcome and release its lease; `keep` puts a wake that was not run
+    back as the pending one (unless a newer wake arrived). Returns whether a wake is pending."""
     reason = bounded_reason(error, extension_id) if error is not None else ""
 
     def step() -> bool:
@@ -191,6 +274,8 @@ def _finish(
             row.last_duration_ms = max(elapsed_ms, 0)
             row.last_outcome = Outcome.FAILED if error else Outcome.OK
             row.last_error = reason
+            if keep is not None and row.pending_wake is None:
+                row.pending_wake = dataclasses.asdict(keep)
             row.save()
             if error:
                 job_failed_notify(
