@@ -17,6 +17,8 @@ from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
+from core.db import is_transient
+
 logger = logging.getLogger(__name__)
 
 Category = Literal["contract", "store", "runtime", "extensions", "auth", "limit"]
@@ -112,6 +114,7 @@ MSG_TOO_LARGE = "Request body is too large"
 MSG_THROTTLED = "Too many requests"
 MSG_METHOD = "Method not allowed"
 MSG_MEDIA_TYPE = "Unsupported media type"
+MSG_DATABASE_UNAVAILABLE = "The database is unavailable; try again"
 
 
 def error_response(error: HostError, headers: dict[str, str] | None = None) -> Response:
@@ -155,6 +158,10 @@ def as_host_error(exc: Exception) -> HostError | None:
         return HostError("limit", "throttled", MSG_THROTTLED, retry_after=wait)
     if isinstance(exc, RequestDataTooBig):
         return HostError("limit", "too_large", MSG_TOO_LARGE)
+    if is_transient(exc):
+        # a restart, a lost connection, a deadlock: nothing the client did, worth a retry
+        logger.warning("request failed on transient database trouble: %s", exc)
+        return HostError("store", "unavailable", MSG_DATABASE_UNAVAILABLE, retry_after=1)
     return None
 
 

@@ -9,9 +9,13 @@ remains, so a backlog drains at full speed and no call runs past its limit.
 
 from __future__ import annotations
 
-from celery import shared_task
+from collections.abc import Callable
+
+from celery import Task, shared_task
 from django.db import transaction
 
+from core.db import is_transient
+from core.errors import HostError
 from extensions_host.background.services import (
     idle,
     jobs,
@@ -23,10 +27,28 @@ from extensions_host.background.services import (
 
 # a call works for HOST_SWEEP_BUDGET_SECONDS (default 5) plus at most one page (≤ 30 s)
 SWEEP_LIMITS = {"soft_time_limit": 50, "time_limit": 60}
+# a delivery task that met the database down retries on its own, with backoff: its consumer's
+# kick stays set meanwhile, so no trigger would enqueue it again before the kick goes stale
+DELIVERY_RETRIES = 12
+DELIVERY_BACKOFF_MAX_S = 8
 
 
 def _again(send: object) -> None:
     transaction.on_commit(send, robust=True)  # type: ignore[arg-type]
+
+
+def _delivering(task: Task, deliver: Callable[[], bool], again: Callable[[], object]) -> None:
+    """Run one consumer's delivery; re-enqueue while more is waiting; retry after transient
+    database trouble (a restart, a lost connection)."""
+    try:
+        more = deliver()
+    except Exception as exc:
+        if not (is_transient(exc) or (isinstance(exc, HostError) and exc.cause == "unavailable")):
+            raise
+        countdown = min(2**task.request.retries, DELIVERY_BACKOFF_MAX_S)
+        raise task.retry(exc=exc, countdown=countdown, max_retries=DELIVERY_RETRIES) from exc
+    if more:
+        _again(again)
 
 
 @shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
@@ -42,11 +64,14 @@ def settled_sweep() -> None:
     settled.settled_sweep()
 
 
-@shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
-def deliver_settled(extension_id: str) -> None:
+@shared_task(bind=True, acks_late=True, ignore_result=True, **SWEEP_LIMITS)
+def deliver_settled(self: Task, extension_id: str) -> None:
     """Deliver settled runs to one consumer."""
-    if settled.settled_deliver_all(extension_id=extension_id):
-        _again(lambda: deliver_settled.delay(extension_id))
+    _delivering(
+        self,
+        lambda: settled.settled_deliver_all(extension_id=extension_id),
+        lambda: deliver_settled.delay(extension_id),
+    )
 
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
@@ -63,11 +88,14 @@ def lifecycle_fanout() -> None:
         _again(lifecycle_fanout.delay)
 
 
-@shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
-def deliver_lifecycle(extension_id: str) -> None:
+@shared_task(bind=True, acks_late=True, ignore_result=True, **SWEEP_LIMITS)
+def deliver_lifecycle(self: Task, extension_id: str) -> None:
     """Deliver one extension's lifecycle events."""
-    if lifecycle.lifecycle_deliver_all(extension_id=extension_id):
-        _again(lambda: deliver_lifecycle.delay(extension_id))
+    _delivering(
+        self,
+        lambda: lifecycle.lifecycle_deliver_all(extension_id=extension_id),
+        lambda: deliver_lifecycle.delay(extension_id),
+    )
 
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=320, time_limit=340)

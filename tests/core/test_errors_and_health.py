@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import InterfaceError, OperationalError, ProgrammingError
 from rest_framework.test import APIClient
 
 from core import services
@@ -113,3 +114,35 @@ def test_writes_over_the_rate_are_throttled_with_retry_after(api, owner):
     finally:
         WriteRateThrottle.THROTTLE_RATES = original
         cache.clear()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OperationalError("server closed the connection unexpectedly"),
+        InterfaceError("connection already closed"),
+    ],
+)
+def test_a_database_that_is_down_answers_503_with_retry_after_not_500(
+    api, owner, monkeypatch, error
+):
+    def down(**kwargs):
+        raise error
+
+    monkeypatch.setattr("conversations.api.selectors.conversations_list", down)
+
+    response = api(owner).get("/v1/conversations")
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert response.json()["error"]["cause"] == "unavailable"
+
+
+def test_a_database_error_that_is_not_transient_is_still_a_server_error(api, owner, monkeypatch):
+    def broken(**kwargs):
+        raise ProgrammingError("column does not exist")
+
+    monkeypatch.setattr("conversations.api.selectors.conversations_list", broken)
+
+    with pytest.raises(ProgrammingError):
+        api(owner).get("/v1/conversations")
