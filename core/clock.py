@@ -17,6 +17,9 @@ class SystemClock:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
+    def sleep(self, ms: int) -> None:
+        time.sleep(max(ms, 0) / 1000)
+
 
 class FakeClock:
     """A clock that only moves when told to. Thread-safe."""
@@ -38,12 +41,21 @@ class FakeClock:
         with self._lock:
             self._now = ms
 
+    def sleep(self, ms: int) -> None:
+        """Waiting on a fake clock is time passing at once."""
+        self.advance(ms=max(ms, 0))
+
 
 _clock: SystemClock | FakeClock = SystemClock()
 
 
 def now_ms() -> int:
     return _clock.now_ms()
+
+
+def sleep(ms: int) -> None:
+    """Wait `ms` milliseconds of host time (a fake clock just moves on)."""
+    _clock.sleep(ms)
 
 
 def now() -> dt.datetime:

@@ -13,6 +13,7 @@ from extensions_host.background.services.timers import (
     timers_fire_due,
     timers_fire_page,
 )
+from extensions_host.background.services.wake import timer_wake_mark
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import HookContext
 from extensions_host.sdk import ExtensionStop, Retry, StateError
@@ -330,3 +331,45 @@ def test_retries_are_bounded_and_then_count_as_a_defect(install, fake_clock, set
     assert alpha.status == ExtensionStatus.STOPPED
     assert alpha.reason == "on_timer defect: retried 2 times: still down"
     assert pending("alpha") == {"k": 0}
+
+
+def test_a_sweep_that_fired_waits_for_timers_falling_due_within_the_pump_window(
+    install, fake_clock, settings
+):
+    settings.HOST_TIMER_PUMP_MS = 200
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", t0=now, t1=now + 150, t2=now + 300, far=now + 600)
+
+    assert timers_fire_due(budget_s=30) is False
+
+    # t1 fell due 150 ms after t0 fired: waited for; t2 150 ms after that: waited for too;
+    # `far` was 300 ms away, past the window: left to its wake
+    assert set(effects("alpha")) == {"t0", "t1", "t2"}
+    assert fake_clock.now_ms() == now + 300
+    assert pending("alpha") == {"far": now + 600}
+    assert timer_wake_mark() == now + 600
+
+
+def test_without_the_pump_a_sweep_fires_only_what_is_due(install, fake_clock, settings):
+    settings.HOST_TIMER_PUMP_MS = 0
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", t0=now, t1=now + 150)
+
+    timers_fire_due(budget_s=30)
+
+    assert set(effects("alpha")) == {"t0"}
+    assert fake_clock.now_ms() == now
+
+
+def test_a_sweep_that_fired_nothing_never_waits(install, fake_clock, settings):
+    settings.HOST_TIMER_PUMP_MS = 200
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", soon=now + 100)
+
+    timers_fire_due(budget_s=30)
+
+    assert effects("alpha") == {}
+    assert fake_clock.now_ms() == now

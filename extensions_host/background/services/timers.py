@@ -31,6 +31,7 @@ from extensions_host import registry
 from extensions_host.background.models import Timer
 from extensions_host.background.services.common import eligible_ids, page_with_retries
 from extensions_host.background.services.wake import (
+    timer_next_fire_at,
     timer_wake_clear,
     timer_wake_next,
     timer_wake_request,
@@ -179,7 +180,12 @@ class PageResult:
 
 def timers_fire_due(*, wake_at: int | None = None, budget_s: float | None = None) -> bool:
     """Fire due timers page after page for up to `budget_s` seconds. Returns True when more
-    are due (the task re-enqueues itself); when none are, claims the next precise wake."""
+    are due (the task re-enqueues itself); when none are, claims the next precise wake.
+
+    A sweep that fired timers waits for the next one when it falls due within
+    `HOST_TIMER_PUMP_MS` (while its budget lasts): under a steady stream of timers one task
+    keeps firing them as they fall due, instead of a chain of wake tasks each paying the
+    broker's round trip."""
     if wake_at is not None:
         timer_wake_clear(instant=wake_at)
     budget = settings.HOST_SWEEP_BUDGET_SECONDS if budget_s is None else budget_s
@@ -187,12 +193,27 @@ def timers_fire_due(*, wake_at: int | None = None, budget_s: float | None = None
     while True:
         result = timers_fire_page()
         more = result.claimed == PAGE and result.progressed > 0
-        if not more:
-            break
-        if time.monotonic() >= ends:
+        if more and time.monotonic() >= ends:
             return True
+        if not more and not (result.fired and _waited_for_next(ends)):
+            break
     timer_wake_next()
     return False
+
+
+def _waited_for_next(ends: float) -> bool:
+    """Wait for the next timer if it falls due within the pump window and the budget."""
+    window = settings.HOST_TIMER_PUMP_MS
+    if not window or time.monotonic() >= ends:
+        return False
+    next_at = timer_next_fire_at()
+    if next_at is None:
+        return False
+    wait = next_at - clock.now_ms()
+    if wait > window or time.monotonic() + wait / 1000 >= ends:
+        return False
+    clock.sleep(wait)
+    return True
 
 
 def timers_fire_page(*, limit: int = PAGE) -> PageResult:
