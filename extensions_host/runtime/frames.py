@@ -281,6 +281,7 @@ def run_frame(
     retry_attempt: int = 0,
     caller: Caller | None = None,
     item: str | None = None,
+    counted: bool = True,
 ) -> FrameOutcome:
     """Run `call(ctx)` — which calls the extension's hook — in a frame (see module docstring).
 
@@ -290,7 +291,8 @@ def run_frame(
     how many times this item already asked to `Retry` (past the bound it counts as a defect).
     `item` names the work item of a worker delivery (a timer, an outbox row, …): its deliveries
     are counted outside the database, and one that keeps killing its process stops the
-    extension (`crashes.py`).
+    extension (`crashes.py`). `counted=False`: the item is not counted on its own (a page of
+    one extension's frames counts its first item for the whole page).
     """
     loaded = registry.get(extension_id)
     if loaded is None:
@@ -316,7 +318,8 @@ def run_frame(
             observe=observe,
             retry_attempt=retry_attempt,
             caller=caller,
-            item=item,
+            item=item if counted else None,
+            key=item,
         )
 
     if page is not None:
@@ -341,6 +344,7 @@ def _attempt(
     retry_attempt: int,
     caller: Caller | None,
     item: str | None,
+    key: str | None,
 ) -> FrameOutcome:
     started = time.monotonic()
     try:
@@ -374,7 +378,7 @@ def _attempt(
             grants = frozenset(row.admitted_grants)
             failure = _ensure_activated(loaded, row, grants, limit, page)
             if failure is None and page is not None:
-                failure = page.known.get((loaded.id, hook, item or ""))  # failed in an abort
+                failure = page.known.get((loaded.id, hook, key or ""))  # failed in an abort
             if failure is not None:
                 raise _Rollback(failure)
             frame = Frame(
@@ -408,7 +412,7 @@ def _attempt(
     except _Rollback as rollback:
         failure = rollback.failure
         if page is not None and not page.isolated and failure.kind != "transient":
-            raise PageAbort((loaded.id, hook, item or ""), failure) from failure.cause
+            raise PageAbort((loaded.id, hook, key or ""), failure) from failure.cause
     except DatabaseError as exc:
         # host-side database trouble (the row lock, bookkeeping, the commit): never a stop
         if is_transient(exc):

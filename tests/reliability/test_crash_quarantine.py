@@ -18,11 +18,15 @@ from core import clock
 from extensions_host import registry
 from extensions_host.background import tasks
 from extensions_host.background.declarations import Worker, WorkerWake, add_worker
-from extensions_host.background.models import LifecycleDelivery, Timer, WorkerState
+from extensions_host.background.models import LifecycleDelivery, SettledCursor, Timer, WorkerState
 from extensions_host.background.services.idle import conversations_detect_idle
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver_all,
     lifecycle_fanout_all,
+)
+from extensions_host.background.services.settled import (
+    settled_cursor_initialise,
+    settled_deliver_all,
 )
 from extensions_host.background.services.timers import timers_fire_page
 from extensions_host.background.services.workers import worker_run, worker_wake
@@ -32,6 +36,7 @@ from extensions_host.runtime import crashes, forget_activations, run_frame
 from extensions_host.runtime.crashes import delivery_counted, unfinished_deliveries
 from extensions_host.sdk import Collection, Extension
 from extensions_host.services.roster import extension_resume, roster_sync
+from tests.background.conftest import settle_runs
 
 from .exts import Effect, count
 
@@ -386,4 +391,45 @@ def test_an_idle_hook_that_kills_its_process_is_quarantined_on_the_fourth_delive
         assert row.status == ExtensionStatus.STOPPED
         assert row.reason == "conversation_idle crashed its worker"
         assert LifecycleDelivery.objects.filter(extension_id="dozer").count() == 1  # kept
+    forget_activations()
+
+
+def test_a_settled_consumer_dying_mid_page_is_quarantined_on_the_fourth_delivery(
+    calls, owner, settings
+):
+    settings.HOST_SETTLED_BATCH = 2
+    batches: list[list[int]] = []
+
+    def on_settled(ctx: Any, runs: list[Any]) -> None:
+        batches.append([run.sequence for run in runs])
+        count(ctx, f"seen-{runs[-1].sequence}")
+        if len(batches) % 2 == 0:  # the page's second batch kills the process
+            raise ProcessDeath
+
+    ext = Extension(
+        id="eater",
+        version="1.0.0",
+        grants={"settled", "state"},
+        collections={"effect": Collection(Effect, key=lambda e: e.key)},
+    )
+    ext.on_settled(on_settled)
+    with registry.installed(ext):
+        forget_activations()
+        roster_sync()
+        settled_cursor_initialise(extension_id="eater")
+        Conversation.objects.create(id="talk", owner=owner, last_activity_at=clock.now())
+        sequences = settle_runs("talk", 6)
+        for _ in range(5):  # the broker redelivers the task of each dead delivery
+            try:
+                settled_deliver_all(extension_id="eater")
+            except ProcessDeath:
+                pass
+
+        # three pages died in their second batch; the fourth delivery ran no hook
+        assert batches == [sequences[0:2], sequences[2:4]] * 3
+        row = RosterEntry.objects.get(pk="eater")
+        assert row.status == ExtensionStatus.STOPPED
+        assert row.reason == "on_settled crashed its worker"
+        assert SettledCursor.objects.get(pk="eater").position == sequences[0] - 1  # replays all
+        assert effects("eater") == {}
     forget_activations()

@@ -119,8 +119,10 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
                 boundary="worker",
                 page=page,
                 retry_attempt=attempt,
-                # one batch at a time per consumer: the one after the position it has reached
+                # one consumer per page: the page's first batch counts for all of it (a crash
+                # anywhere in the page is redelivered from that same position)
                 item=f"cursor@{position}",
+                counted=start == 0,
             )
             if outcome.status != "ok":
                 retry_after = (outcome.retry_after or 1) if outcome.status == "retry" else None
