@@ -119,6 +119,25 @@ def settled(runs: int, batch: int) -> Callable[[], Any]:
     return run
 
 
+def settled_task(tasks: int) -> Callable[[], Any]:
+    """The body of one `deliver_settled` task after each settle: one new run, one consumer."""
+    from bench import volume
+    from bench.runner import CONSUMER_IDS
+    from extensions_host.background.services.settled import settled_deliver_all
+
+    prefix = "hptask-"
+    volume.conversations_insert(prefix=prefix, count=1)
+    span = volume.settled_runs_insert(conversation_prefix=prefix, conversations=1, count=2)
+
+    def run() -> None:
+        for _ in range(tasks):
+            # one run behind each time: the cursor is moved back to just before the last run
+            volume.settled_cursors_set(extension_ids=CONSUMER_IDS[:1], position=span.last - 1)
+            settled_deliver_all(extension_id=CONSUMER_IDS[0])
+
+    return run
+
+
 def api(path: str, requests: int) -> Callable[[], Any]:
     """In-process requests through the whole Django stack (test client, no network)."""
     from django.test import Client
@@ -154,6 +173,25 @@ def api(path: str, requests: int) -> Callable[[], Any]:
     return run
 
 
+def artifact_emit(emits: int) -> Callable[[], Any]:
+    """`artifact_emit` into one world, as `bench/drive.py emit` calls it (one process)."""
+    from artifacts.services import artifact_emit as emit
+    from bench.artifacts import emit_world_prepare, request_context_from
+
+    context = request_context_from(emit_world_prepare(world_id="hpworld"))
+    for i in range(5):  # warm (the first call builds the per-process SQL)
+        emit(context=context, output="panel", payload=f"warm {i}", tool_call_id=f"warm-{i}")
+
+    def run() -> None:
+        for i in range(emits):
+            result = emit(
+                context=context, output="panel", payload=f"hp artifact {i}", tool_call_id=f"hp-{i}"
+            )
+            assert result.ok and not result.idempotent, result
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--profile", type=Path, default=None)
@@ -166,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         ("timer-fire", PAGE * 10, lambda: timers(10)),
         ("settled-batch-1 (per run·consumer)", 40 * 10, lambda: settled(40, 1)),
         ("settled-batch-64 (per run·consumer)", 640 * 10, lambda: settled(640, 64)),
+        ("settled-task (1 new run, 1 consumer)", 200, lambda: settled_task(200)),
         ("api-bare-view", 200, lambda: api("bare", 200)),
         ("api-command", 200, lambda: api("command", 200)),
         ("api-projection (20 slots)", 50, lambda: api("projection", 50)),
+        ("artifact-emit", 500, lambda: artifact_emit(500)),
     ]
     results = [
         measure(name, operations, make(), args.profile)

@@ -196,32 +196,35 @@ def run_settled_events(*, after: int, limit: int = 64) -> list[RunSettledEvent]:
     """Settled runs with sequence > `after`, in sequence order, at most `limit` of them.
 
     Two queries whatever the batch size: the runs (with answer entries), then their inputs
-    (with entries). Served by the unique index on settled_sequence.
+    (with entries). Served by the unique index on settled_sequence. Plain rows, no model
+    instances: this is every settled consumer's hot path.
     """
     limit = max(1, min(limit, SETTLED_BATCH_MAX))
-    runs = list(
-        Run.objects.filter(settled_sequence__gt=after)
-        .select_related("answer_entry")
-        .defer("capture")
-        .order_by("settled_sequence")[:limit]
-    )
-    return _settled_events(runs)
+    runs = Run.objects.filter(settled_sequence__gt=after).order_by("settled_sequence")
+    return _settled_events(list(runs.values_list(*_EVENT_COLUMNS)[:limit]))
 
 
 def run_settled_event(*, run_id: int) -> RunSettledEvent | None:
-    run = (
-        Run.objects.filter(pk=run_id, status=RunStatus.SETTLED)
-        .select_related("answer_entry")
-        .defer("capture")
-        .first()
-    )
-    return _settled_events([run])[0] if run is not None else None
+    runs = Run.objects.filter(pk=run_id, status=RunStatus.SETTLED)
+    found = _settled_events(list(runs.values_list(*_EVENT_COLUMNS)[:1]))
+    return found[0] if found else None
 
 
-def _settled_events(runs: list[Run]) -> list[RunSettledEvent]:
+_EVENT_COLUMNS = (
+    "pk",
+    "settled_sequence",
+    "conversation_id",
+    "outcome",
+    "reason",
+    "answer_entry_id",
+    "answer_entry__content",
+)
+
+
+def _settled_events(runs: list[tuple[Any, ...]]) -> list[RunSettledEvent]:
     if not runs:
         return []
-    inputs: dict[int, list[tuple[int, str]]] = {run.pk: [] for run in runs}
+    inputs: dict[int, list[tuple[int, str]]] = {run[0]: [] for run in runs}
     rows = (
         Submission.objects.filter(run_id__in=list(inputs))
         .order_by("pk")
@@ -231,22 +234,21 @@ def _settled_events(runs: list[Run]) -> list[RunSettledEvent]:
         resolvable = status != SubmissionStatus.WITHDRAWN and withdrawn is False
         inputs[run_id].append((submission_id, entry_text(content) if resolvable else ""))
     events = []
-    for run in runs:
-        if run.outcome == Outcome.ANSWERED:
-            answer = run.answer_entry.content if run.answer_entry is not None else []
+    for run_id, sequence, conversation_id, outcome_kind, reason, answer_id, answer in runs:
+        if outcome_kind == Outcome.ANSWERED:
             outcome: dict[str, Any] = {
                 "status": Outcome.ANSWERED.value,
-                "answer_entry_id": run.answer_entry_id,
-                "answer": {"content": answer},
+                "answer_entry_id": answer_id,
+                "answer": {"content": answer if answer_id is not None else []},
             }
         else:
-            outcome = {"status": Outcome.UNANSWERED.value, "reason": run.reason}
-        pairs = inputs[run.pk]
+            outcome = {"status": Outcome.UNANSWERED.value, "reason": reason}
+        pairs = inputs[run_id]
         events.append(
             RunSettledEvent(
-                sequence=run.settled_sequence or 0,
-                conversation_id=run.conversation_id,
-                run_id=run.pk,
+                sequence=sequence or 0,
+                conversation_id=conversation_id,
+                run_id=run_id,
                 inputs=tuple(p[0] for p in pairs),
                 input_texts=tuple(p[1] for p in pairs),
                 outcome=outcome,
