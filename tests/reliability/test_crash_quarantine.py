@@ -433,3 +433,28 @@ def test_a_settled_consumer_dying_mid_page_is_quarantined_on_the_fourth_delivery
         assert SettledCursor.objects.get(pk="eater").position == sequences[0] - 1  # replays all
         assert effects("eater") == {}
     forget_activations()
+
+
+def test_a_death_later_in_one_extensions_run_of_frames_still_quarantines_it(
+    installed, plan, calls
+):
+    # boomer's two timers are one run of frames in the page: the first is counted for both
+    plan.extend(["ok", "die"] * 3)
+    set_timer("calm", "fine", 1)
+    set_timer("boomer", "first", 2)
+    set_timer("boomer", "boom", 3)
+
+    for _ in range(5):
+        deliver()
+
+    assert calls == ["first", "boom"] * 3  # the fourth delivery ran none of boomer's hooks
+    row = RosterEntry.objects.get(pk="boomer")
+    assert row.status == ExtensionStatus.STOPPED
+    assert row.reason == "on_timer crashed its worker"
+    assert RosterEntry.objects.get(pk="calm").status == ExtensionStatus.RUNNING
+    assert effects("calm") == {"fine": 1}
+    assert effects("boomer") == {}
+    assert set(Timer.objects.filter(extension_id="boomer").values_list("key", flat=True)) == {
+        "first",
+        "boom",
+    }

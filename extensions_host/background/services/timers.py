@@ -236,6 +236,7 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
     page.lock(extension_id for _, extension_id, *_ in claimed)
     delete_ids: list[int] = []
     touched: set[tuple[str, str]] = set()  # keys an earlier frame of this page set or cancelled
+    previous = None  # the extension of the frame before: a run of one extension's frames
     for timer_id, extension_id, key, due_at, attempt in claimed:
         if extension_id in page.stopped:
             result.skipped += 1
@@ -245,7 +246,10 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
         ).exists():
             result.skipped += 1  # re-set or cancelled by an earlier frame of this page
             continue
-        outcome, keys = _fire_one(page, extension_id, key, due_at, attempt)
+        # crash counts: the first frame of each run of one extension's frames counts for the
+        # run (a death anywhere in it is redelivered as the same page, oldest timers first)
+        counted, previous = extension_id != previous, extension_id
+        outcome, keys = _fire_one(page, extension_id, key, due_at, attempt, counted=counted)
         if outcome.status == "ok":
             result.fired += 1
             touched.update((extension_id, k) for k in keys)
@@ -269,7 +273,7 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
 
 
 def _fire_one(
-    page: FramePage, extension_id: str, key: str, due_at: int, attempt: int
+    page: FramePage, extension_id: str, key: str, due_at: int, attempt: int, *, counted: bool
 ) -> tuple[FrameOutcome, set[str]]:
     loaded = registry.get(extension_id)
     hook = loaded.definition.hooks.single.get("on_timer") if loaded is not None else None
@@ -293,6 +297,7 @@ def _fire_one(
         page=page,
         retry_attempt=attempt,
         item=f"{key}@{due_at}",
+        counted=counted,
     )
     return outcome, keys
 
