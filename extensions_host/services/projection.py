@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from core.auth import Principal
 from extensions_host import registry
@@ -33,8 +32,11 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
     slots: dict[str, dict[str, Any]] = {}
     projected: list[tuple[RosterEntry, LoadedExtension, bool, bool]] = []
+    attention: list[str] = []  # running and granted `attention`: their items are visible
     for row in RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED).order_by("id"):
         grants = set(row.admitted_grants)
+        if row.status == ExtensionStatus.RUNNING and "attention" in grants:
+            attention.append(row.id)
         projects, commands = "projection" in grants, "commands" in grants
         loaded = registry.get(row.id)
         if not (projects or commands) or loaded is None:
@@ -54,15 +56,12 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
         )
         for (row, loaded, _, commands), outcome in zip(projected, outcomes, strict=True):
             slots[row.id] = _slot(loaded, outcome, commands=commands)
-    version = (
-        Conversation.objects.filter(pk=conversation.id).values_list("version", flat=True).first()
-    )
     return {
         "conversation_id": conversation.id,
-        "version": version if version is not None else conversation.version,
+        # read before the hooks ran: the values are at least as new as this version
+        "version": conversation.version,
         "slots": slots,
-        # items of running extensions granted `attention` (a query-time join on the roster)
-        "attention": attention_visible(conversation_id=conversation.id),
+        "attention": attention_visible(conversation_id=conversation.id, extension_ids=attention),
     }
 
 
