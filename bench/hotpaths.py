@@ -138,6 +138,23 @@ def settled_task(tasks: int) -> Callable[[], Any]:
     return run
 
 
+def settle(runs: int) -> Callable[[], Any]:
+    """`run_settle` of claimed runs, with its after-commit steps (kicks, task sends)."""
+    from bench import volume
+    from bench.runner import CONSUMER_IDS
+    from conversations.services import run_settle
+    from extensions_host.background.services.settled import core_cursor
+
+    run_ids = volume.claimed_runs_insert(conversation_prefix="hpsettle", count=runs)
+    volume.settled_cursors_set(extension_ids=CONSUMER_IDS, position=core_cursor())
+
+    def run() -> None:
+        for run_id in run_ids:
+            run_settle(run_id=run_id, status="unanswered", reason="hotpaths")
+
+    return run
+
+
 def api(path: str, requests: int) -> Callable[[], Any]:
     """In-process requests through the whole Django stack (test client, no network)."""
     from django.test import Client
@@ -205,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         ("settled-batch-1 (per run·consumer)", 40 * 10, lambda: settled(40, 1)),
         ("settled-batch-64 (per run·consumer)", 640 * 10, lambda: settled(640, 64)),
         ("settled-task (1 new run, 1 consumer)", 200, lambda: settled_task(200)),
+        ("settle (with its after-commit kicks)", 200, lambda: settle(200)),
         ("api-bare-view", 200, lambda: api("bare", 200)),
         ("api-command", 200, lambda: api("command", 200)),
         ("api-projection (20 slots)", 50, lambda: api("projection", 50)),
