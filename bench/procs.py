@@ -79,7 +79,7 @@ class Processes:
             [
                 PYTHON, "-m", "celery", "-A", "config", "worker",
                 "--pool", "prefork", "--concurrency", str(concurrency),
-                "--loglevel", "WARNING",
+                "--loglevel", os.environ.get("BENCH_WORKER_LOGLEVEL", "WARNING"),
                 "--without-gossip", "--without-mingle", "--without-heartbeat",
             ],
         )  # fmt: skip
