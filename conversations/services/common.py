@@ -10,8 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 
 from conversations.models import Conversation
 from core import clock
@@ -92,10 +91,17 @@ def conversation_touch(*, conversation_id: str, changed: str, stamp_activity: bo
     """
     if changed not in CHANGES:
         raise ValueError(f"unknown change kind {changed!r}")
-    values: dict[str, Any] = {"version": F("version") + 1}
+    table = connection.ops.quote_name(Conversation._meta.db_table)
+    stamp, params = "", [conversation_id]
     if stamp_activity:
-        values["last_activity_at"] = clock.now()
-    updated = Conversation.objects.filter(pk=conversation_id).update(**values)
+        stamp = ", last_activity_at = %s"
+        params.insert(0, connection.ops.adapt_datetimefield_value(clock.now()))
+    with connection.cursor() as cursor:  # a plain statement: admissions and settlements run it
+        cursor.execute(
+            f"UPDATE {table} SET version = version + 1{stamp} WHERE id = %s",  # noqa: S608
+            params,
+        )
+        updated = cursor.rowcount
     if updated:
         transaction.on_commit(
             lambda: conversation_changed(conversation_id=conversation_id, changed=changed),

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 
 from conversations.models import (
+    Conversation,
     Entry,
     Outcome,
     Run,
@@ -61,13 +62,7 @@ def run_settle(
             # conversation first). Having waited for that lock, the run columns may predate
             # it; a run's status only moves forward, and the compare-and-set in
             # run_settle_locked catches a "claimed" that is no longer true.
-            run = (
-                Run.objects.select_related("conversation")
-                .select_for_update(of=("conversation",), no_key=True)
-                .defer("capture")
-                .filter(pk=run_id)
-                .first()
-            )
+            run = _run_locking_conversation(run_id)
             if run is None:
                 raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
             if run.status != RunStatus.CLAIMED:
@@ -93,6 +88,23 @@ def run_settle(
         # settled or released by someone else while we waited: answer as a retry would
         moved = Run.objects.defer("capture").get(pk=run_id)
         return _settle_replay(moved, status=status, answer_entry_id=answer_entry_id, reason=reason)
+
+
+def _run_locking_conversation(run_id: int) -> Run | None:
+    """The run (without its capture) in one plain statement that also locks its conversation
+    row `FOR NO KEY UPDATE` (PostgreSQL; SQLite's IMMEDIATE transactions exclude other writers).
+    Every settlement starts here: no ORM query compilation on this path."""
+    qn = connection.ops.quote_name
+    columns = ", ".join(
+        f"r.{qn(field.column)}" for field in Run._meta.concrete_fields if field.name != "capture"
+    )
+    lock = " FOR NO KEY UPDATE OF c" if connection.vendor == "postgresql" else ""
+    sql = (
+        f"SELECT {columns} FROM {qn(Run._meta.db_table)} r "  # noqa: S608 (our table names)
+        f"JOIN {qn(Conversation._meta.db_table)} c ON c.id = r.conversation_id "
+        f"WHERE r.id = %s{lock}"
+    )
+    return next(iter(Run.objects.raw(sql, [run_id])), None)
 
 
 class _RunMoved(Exception):
@@ -159,20 +171,34 @@ def run_settle_locked(
     be: after it only the run row is written before COMMIT.
     """
     now = clock.now()
-    Submission.objects.filter(run_id=run.pk, status=SubmissionStatus.CLAIMED).update(
-        status=SubmissionStatus.CONSUMED, updated_at=now
-    )
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:  # plain statements: every settlement runs them
+        cursor.execute(
+            f"UPDATE {qn(Submission._meta.db_table)} SET status = %s, updated_at = %s "  # noqa: S608
+            "WHERE run_id = %s AND status = %s",
+            [SubmissionStatus.CONSUMED.value, stamp, run.pk, SubmissionStatus.CLAIMED.value],
+        )
     conversation_touch(conversation_id=run.conversation_id, changed="runs", stamp_activity=True)
     sequence = settled_sequence_next()
-    updated = Run.objects.filter(pk=run.pk, status=RunStatus.CLAIMED).update(
-        status=RunStatus.SETTLED,
-        outcome=status,
-        answer_entry_id=answer_entry_id,
-        reason=reason,
-        settled_sequence=sequence,
-        settled_at=now,
-        updated_at=now,
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {qn(Run._meta.db_table)} SET status = %s, outcome = %s, "  # noqa: S608
+            "answer_entry_id = %s, reason = %s, settled_sequence = %s, settled_at = %s, "
+            "updated_at = %s WHERE id = %s AND status = %s",
+            [
+                RunStatus.SETTLED.value,
+                status,
+                answer_entry_id,
+                reason,
+                sequence,
+                stamp,
+                stamp,
+                run.pk,
+                RunStatus.CLAIMED.value,
+            ],
+        )
+        updated = cursor.rowcount
     if not updated:
         raise _RunMoved()  # rolls back everything above, the sequence number included
     run.status, run.outcome, run.reason = RunStatus.SETTLED, status, reason

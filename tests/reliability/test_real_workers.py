@@ -130,7 +130,14 @@ def test_an_idle_worker_whose_runs_kill_their_process_is_quarantined_after_three
             interval=0.1,
         )
     woken.append(conversation_ensure(owner=owner, name="nap3").conversation.pk)
-    wait_until(lambda: roster("napper").status == ExtensionStatus.STOPPED, timeout=30, interval=0.1)
+    # the fourth delivery stops the extension, then records its run and puts its wake back
+    wait_until(
+        lambda: roster("napper").status == ExtensionStatus.STOPPED
+        and (state := worker_state()) is not None
+        and state.runs == 4,
+        timeout=30,
+        interval=0.1,
+    )
     elapsed = time.monotonic() - started
 
     assert roster("napper").reason == f"worker {NAPPER_WORKER} crashed its worker"
