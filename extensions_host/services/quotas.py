@@ -17,7 +17,8 @@ import zlib
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Count, F, Sum
+from django.db import connection
+from django.db.models import Count, Sum
 
 from extensions_host.models import ExtensionRecord, UsageSlot
 from extensions_host.sdk import StateError
@@ -117,12 +118,21 @@ def usage_add(*, extension_id: str, records: int, size: int) -> None:
     if not records and not size:
         return
     slot = _slot()
-    changed = {"records": F("records") + records, "bytes": F("bytes") + size}
-    if not UsageSlot.objects.filter(extension_id=extension_id, slot=slot).update(**changed):
-        UsageSlot.objects.bulk_create(
-            [UsageSlot(extension_id=extension_id, slot=slot)], ignore_conflicts=True
-        )
-        UsageSlot.objects.filter(extension_id=extension_id, slot=slot).update(**changed)
+    table = connection.ops.quote_name(UsageSlot._meta.db_table)
+    sql = (
+        f"UPDATE {table} SET records = records + %s, bytes = bytes + %s "  # noqa: S608
+        "WHERE extension_id = %s AND slot = %s"
+    )
+    params = [records, size, extension_id, slot]
+    with connection.cursor() as cursor:  # a plain statement: most writing frames end with it
+        cursor.execute(sql, params)
+        if cursor.rowcount:
+            return
+    UsageSlot.objects.bulk_create(
+        [UsageSlot(extension_id=extension_id, slot=slot)], ignore_conflicts=True
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def usage_slots_ensure(*, extension_id: str) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max, Q
 
 from conversations.models import Run, SettledCounter
@@ -96,12 +97,7 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
 
     def body(page: FramePage) -> _Delivered:
         page.lock([extension_id])  # the roster row first, as every frame takes it
-        cursor = (
-            SettledCursor.objects.select_for_update(skip_locked=True)
-            .filter(pk=extension_id)
-            .values_list("position", "not_before", "retry_attempt")
-            .first()
-        )
+        cursor = _cursor_claim(extension_id)
         if cursor is None:  # another worker is delivering to this consumer right now, or none
             return _Delivered(missing=not SettledCursor.objects.filter(pk=extension_id).exists())
         position, not_before, attempt = cursor
@@ -137,15 +133,36 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
             not_before = None
         else:
             return done
-        SettledCursor.objects.filter(pk=extension_id).update(
-            position=position, retry_attempt=attempt, not_before=not_before
-        )
+        with connection.cursor() as db:
+            db.execute(
+                f"UPDATE {_cursors()} SET position = %s, retry_attempt = %s, not_before = %s "  # noqa: S608
+                "WHERE extension_id = %s",
+                [position, attempt, not_before, extension_id],
+            )
         return done
 
     done = page_with_retries(body, optimistic=True)
     if done.missing and eligible_ids("settled", ids=[extension_id]):
         settled_cursor_initialise(extension_id=extension_id)
     return done.more
+
+
+def _cursors() -> str:
+    return connection.ops.quote_name(SettledCursor._meta.db_table)
+
+
+def _cursor_claim(extension_id: str) -> tuple[int, int | None, int] | None:
+    """(position, not_before, retry_attempt) of the consumer's cursor, locked `FOR UPDATE SKIP
+    LOCKED` (one deliverer per consumer; None: missing, or another worker holds it). A plain
+    statement: every delivery page starts with it."""
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as db:
+        db.execute(
+            f"SELECT position, not_before, retry_attempt FROM {_cursors()} "  # noqa: S608
+            f"WHERE extension_id = %s{lock}",
+            [extension_id],
+        )
+        return db.fetchone()
 
 
 def _deliver(hook: Any, ctx: HookContext, runs: list[RunSettledEvent]) -> Any:
