@@ -74,7 +74,6 @@ class Config:
     port: int = 8765
     profile: bool = False
     keep_db: bool = False
-    experiments: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Config:
@@ -90,7 +89,6 @@ class Config:
             port=int(env.get("BENCH_PORT") or 8765),
             profile=env.get("BENCH_PROFILE", "") not in {"", "0", "false", "no"},
             keep_db=env.get("BENCH_KEEP_DB", "") not in {"", "0", "false", "no"},
-            experiments=env.get("BENCH_EXPERIMENTS", "1") not in {"", "0", "false", "no"},
         )
         if not 1 <= config.seconds <= 120:
             raise SystemExit("BENCH_SECONDS must be within 1..120")
@@ -199,8 +197,6 @@ class Bench:
             self.phase_celery(self.config.scale_max, settle_latency=False)
             self.summarise_scale()
             self.phase_api()
-            if self.config.experiments:
-                self.phase_experiments()
             if self.config.profile:
                 self.phase_profile_api()
         finally:
@@ -830,52 +826,6 @@ class Bench:
             )
             if slots != 20:
                 self.state.notes.append(f"the projection had {slots} slots, not 20")
-
-    def phase_experiments(self) -> None:
-        """Finding 1's fix (bench/experiments.py) measured beside the code as it is."""
-        rows = [
-            ("experiment", "record-put-of-self: command max req/s"),
-            ("experiment", "record-put-of-self: command p99 at half max"),
-        ]
-        with self.phase("experiment: record put locking only the record (BENCH_PATCH)", rows):
-            self.procs.base_env = {**self.env, "BENCH_PATCH": "record-put-of-self"}
-            self.procs.gunicorn(port=self.config.port, workers=2)
-            self.procs.base_env = self.env
-            base = f"http://127.0.0.1:{self.config.port}"
-            from bench.procs import http_ready
-
-            if not http_ready(f"{base}/healthz", timeout=60):
-                raise BenchError(f"gunicorn never answered: {self.procs.tail('gunicorn')}")
-            auth = ["--header", "Authorization: Bearer bench-service-token"]
-            body = ["--body", '{"key": "k{rand}", "value": "bench value"}', "--method", "POST"]
-            url = f"{base}/v1/extensions/bench_api/commands/put"
-            command = self.loadgen(url, *body, *auth)
-            half = self.loadgen(url, *body, *auth, rate=command["rps"] / 2)
-            bare = self.state.baselines.get("bare_view_max") or {}
-            self.add(
-                Line(
-                    *rows[0],
-                    value=command["rps"],
-                    unit="req/s",
-                    baseline="bare Django view",
-                    baseline_value=bare.get("rps"),
-                    baseline_unit="req/s",
-                    kind="ratio",
-                    goal=0.6,
-                    details={"command": command},
-                )
-            )
-            self.add(
-                Line(
-                    *rows[1],
-                    value=half["latency_ms"]["p99"],
-                    unit="ms",
-                    kind="below",
-                    goal=50.0,
-                    note=f"{half['rate']:.0f} req/s",
-                    details={"command_half": half},
-                )
-            )
 
     def loadgen(
         self, url: str, *extra: str, rate: float = 0.0, concurrency: int = LOADGEN_CONCURRENCY
