@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from conversations.models import (
@@ -200,46 +202,50 @@ def run_settled_events(*, after: int, limit: int = 64) -> list[RunSettledEvent]:
     instances: this is every settled consumer's hot path.
     """
     limit = max(1, min(limit, SETTLED_BATCH_MAX))
-    runs = Run.objects.filter(settled_sequence__gt=after).order_by("settled_sequence")
-    return _settled_events(list(runs.values_list(*_EVENT_COLUMNS)[:limit]))
+    where = "r.settled_sequence > %s ORDER BY r.settled_sequence LIMIT %s"
+    return _settled_events(where, [after, limit])
 
 
 def run_settled_event(*, run_id: int) -> RunSettledEvent | None:
-    runs = Run.objects.filter(pk=run_id, status=RunStatus.SETTLED)
-    found = _settled_events(list(runs.values_list(*_EVENT_COLUMNS)[:1]))
+    found = _settled_events("r.id = %s AND r.status = %s", [run_id, RunStatus.SETTLED.value])
     return found[0] if found else None
 
 
-_EVENT_COLUMNS = (
-    "pk",
-    "settled_sequence",
-    "conversation_id",
-    "outcome",
-    "reason",
-    "answer_entry_id",
-    "answer_entry__content",
-)
-
-
-def _settled_events(runs: list[tuple[Any, ...]]) -> list[RunSettledEvent]:
-    if not runs:
-        return []
-    inputs: dict[int, list[tuple[int, str]]] = {run[0]: [] for run in runs}
-    rows = (
-        Submission.objects.filter(run_id__in=list(inputs))
-        .order_by("pk")
-        .values_list("run_id", "pk", "status", "entry__withdrawn", "entry__content")
-    )
+def _settled_events(where: str, params: list[Any]) -> list[RunSettledEvent]:
+    """Two plain statements (every settled consumer's hot path): the runs with their answer
+    entries, then their inputs with their entries."""
+    qn = connection.ops.quote_name
+    runs_t, entries_t = qn(Run._meta.db_table), qn(Entry._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT r.id, r.settled_sequence, r.conversation_id, r.outcome, r.reason, "  # noqa: S608
+            f"r.answer_entry_id, e.content FROM {runs_t} r "
+            f"LEFT JOIN {entries_t} e ON e.id = r.answer_entry_id WHERE {where}",
+            params,
+        )
+        runs = cursor.fetchall()
+        if not runs:
+            return []
+        inputs: dict[int, list[tuple[int, str]]] = {run[0]: [] for run in runs}
+        cursor.execute(
+            "SELECT s.run_id, s.id, s.status, e.withdrawn, e.content "  # noqa: S608
+            f"FROM {qn(Submission._meta.db_table)} s "
+            f"LEFT JOIN {entries_t} e ON e.submission_id = s.id "
+            f"WHERE s.run_id IN ({', '.join(['%s'] * len(inputs))}) ORDER BY s.id",
+            list(inputs),
+        )
+        rows = cursor.fetchall()
     for run_id, submission_id, status, withdrawn, content in rows:
-        resolvable = status != SubmissionStatus.WITHDRAWN and withdrawn is False
-        inputs[run_id].append((submission_id, entry_text(content) if resolvable else ""))
+        resolvable = status != SubmissionStatus.WITHDRAWN and withdrawn in (False, 0)
+        text = entry_text(_json(content)) if resolvable else ""
+        inputs[run_id].append((submission_id, text))
     events = []
     for run_id, sequence, conversation_id, outcome_kind, reason, answer_id, answer in runs:
         if outcome_kind == Outcome.ANSWERED:
             outcome: dict[str, Any] = {
                 "status": Outcome.ANSWERED.value,
                 "answer_entry_id": answer_id,
-                "answer": {"content": answer if answer_id is not None else []},
+                "answer": {"content": _json(answer) if answer_id is not None else []},
             }
         else:
             outcome = {"status": Outcome.UNANSWERED.value, "reason": reason}
@@ -255,3 +261,9 @@ def _settled_events(runs: list[tuple[Any, ...]]) -> list[RunSettledEvent]:
             )
         )
     return events
+
+
+def _json(value: Any) -> Any:
+    """A JSON column read by a plain statement: text on SQLite and through Django's psycopg
+    loader."""
+    return json.loads(value) if isinstance(value, str) else value
