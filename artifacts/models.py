@@ -263,14 +263,18 @@ class Record(models.Model):
             ),
         ]
         indexes = [
+            # These two lead with request_id, not operation, so that the only index leading
+            # with operation is `artifact_record_tool_call`: emit's tool-call probe (operation,
+            # tool_call_id) then cannot be planned as a scan of every record of the operation
+            # when the planner has no statistics yet (a new database, before its first ANALYZE).
             # emit: the attempt's byte total (its latest record) and older attempts' records
             models.Index(
-                fields=["operation", "request_id", "request_attempt", "sequence"],
+                fields=["request_id", "operation", "request_attempt", "sequence"],
                 name="artifact_record_attempt_idx",
             ),
             # emit: max_emits (the latest record of the output in the attempt)
             models.Index(
-                fields=["operation", "request_id", "request_attempt", "output", "sequence"],
+                fields=["request_id", "operation", "request_attempt", "output", "sequence"],
                 name="artifact_record_output_idx",
             ),
             # projection reads and begin/reconcile scan only records not yet superseded

@@ -112,6 +112,19 @@ class OperationContext:
         )
 
 
+# Read once: a TextChoices' `.values` builds its list on every access (and every emit checks
+# its declarations).
+_DECLARATION_CHOICES = tuple(
+    (name, choices.values)
+    for name, choices in (
+        ("content_type", ContentType),
+        ("save", Save),
+        ("strategy", Strategy),
+        ("invalidation", Invalidation),
+    )
+)
+
+
 @dataclass(frozen=True)
 class Declaration:
     """An output a request may emit."""
@@ -134,12 +147,7 @@ class Declaration:
             check_id(
                 getattr(self, name), f"{where}.{name}", MSG_DECLARATION_INVALID, limit=NAME_MAX
             )
-        for name, choices in (
-            ("content_type", ContentType.values),
-            ("save", Save.values),
-            ("strategy", Strategy.values),
-            ("invalidation", Invalidation.values),
-        ):
+        for name, choices in _DECLARATION_CHOICES:
             if getattr(self, name) not in choices:
                 raise invalid(
                     MSG_DECLARATION_INVALID, f"{where}.{name}", f"Must be one of {choices}."

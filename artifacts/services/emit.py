@@ -5,9 +5,13 @@ but a rejection: `{ok: false, markdown: "# Runtime artifact rejected\\n\\n<why>"
 is written. Both are idempotent on the tool-call id: the same call again answers as before;
 the same id with other arguments is rejected.
 
-An emit costs four statements: lock the world; read the operation together with everything
-the decision needs (a record or clear with this tool-call id, the attempt's running totals, the
-world's highest sequence: `sql.read_for_call`); insert the record; insert its events.
+An emit holds its world's lock from its first statement to its commit, and every other emit of
+the world waits for it, so whatever can be done before the lock is (checks, fingerprints, the
+record's draft) and what is left costs two round trips before the commit on PostgreSQL: lock
+the world and read the operation with everything the decision needs (a record or clear with
+this tool-call id, the attempt's running totals, the world's highest sequence:
+`sql.lock_and_read_for_call`); then insert the record with its events and the conversation's
+version bump (`sql.rows_write`). SQLite runs the same as five statements, in-process.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from artifacts.models import (
     Save,
 )
 from artifacts.services.operations import same_context
-from artifacts.services.sql import read_for_call
+from artifacts.services.sql import CallRead, lock_and_read_for_call
 from artifacts.services.world import WorldMutation, invariant
 from artifacts.types import (
     MSG_ARGUMENT_INVALID,
@@ -156,13 +160,10 @@ def _checked(
 
 def _locked_read(
     context: RequestContext, tool_call_id: str, output: str, messages: tuple[str, str, str]
-) -> tuple[WorldMutation, Any, int]:
-    """Lock the world, then read the operation with everything the call decides on in one
-    statement (`sql.read_for_call`); raise the invariant errors."""
-    mutation = WorldMutation.lock(context.world_id)
-    if mutation is None:
-        raise invariant(messages[0], operation_id=context.operation_id)
-    operation = read_for_call(
+) -> tuple[WorldMutation, CallRead, int]:
+    """Lock the world and read the operation with everything the call decides on
+    (`sql.lock_and_read_for_call`); raise the invariant errors."""
+    locked, found = lock_and_read_for_call(
         world_id=context.world_id,
         operation_id=context.operation_id,
         tool_call_id=tool_call_id,
@@ -170,9 +171,11 @@ def _locked_read(
         request_attempt=context.request_attempt,
         output=output,
     )
-    current = _checked(operation, context, messages)
-    mutation.know_last_sequence(operation.last_record_sequence, operation.last_event_sequence)
-    return mutation, operation, current
+    if not locked:
+        raise invariant(messages[0], operation_id=context.operation_id)
+    current = _checked(None if found is None else found.operation, context, messages)
+    assert found is not None  # _checked raised otherwise
+    return WorldMutation.locked(context.world_id, last_sequence=found.last_sequence), found, current
 
 
 def _request(context: RequestContext) -> dict[str, Any]:
@@ -219,15 +222,22 @@ def artifact_emit(
         _request(context),
         {"output": declaration.name, "payload_fingerprint": fingerprint},
     )
+    size = len(text.encode("utf-8"))
+    # Built before the lock; numbered under it, if the call turns out to make a record.
+    record = _draft_record(
+        context, declaration, tool_call_id=tool_call_id, text=text, size=size,
+        fingerprints=(fingerprint, call),
+    )  # fmt: skip
     with transaction.atomic(durable=True):
-        mutation, operation, current = _locked_read(
+        mutation, found, current = _locked_read(
             context,
             tool_call_id,
             declaration.name,
             (MSG_EMIT_MISSING, MSG_EMIT_MISMATCH, MSG_EMIT_UNREGISTERED),
         )
-        if operation.previous_record is not None:
-            previous = Record.objects.defer("payload").get(pk=operation.previous_record)
+        operation = found.operation
+        if found.previous_record is not None:
+            previous = Record.objects.defer("payload").get(pk=found.previous_record)
             if previous.call_fingerprint != call:
                 return EmitResult(False, rejected(REJECT_DIFFERENT_ARGUMENTS))
             stale = operation.is_stale or current != previous.request_attempt
@@ -237,36 +247,28 @@ def artifact_emit(
                 ephemeral_put(record_pk=previous.pk, text=text)
             mutation.flush()
             return EmitResult(True, already_exists(output), previous.record_id, idempotent=True)
-        if operation.previous_call is not None:
+        if found.previous_call is not None:
             return EmitResult(False, rejected(REJECT_DIFFERENT_CALL))
-        if operation.output_emits >= declaration.max_emits:
+        if found.output_emits >= declaration.max_emits:
             return EmitResult(False, rejected(reject_max_emits(output)))
-        size = len(text.encode("utf-8"))
         if size > MAX_PAYLOAD_BYTES:
             return EmitResult(False, rejected(REJECT_TOO_LARGE))
-        if operation.attempt_bytes + size > context.max_artifact_bytes:
+        if found.attempt_bytes + size > context.max_artifact_bytes:
             return EmitResult(False, rejected(REJECT_BUDGET))
-        record = _new_record(
-            mutation,
-            context,
-            declaration,
-            tool_call_id=tool_call_id,
-            text=text,
-            size=size,
-            fingerprints=(fingerprint, call),
-            usage=(operation.attempt_bytes + size, operation.output_emits + 1),
+        _number_record(
+            record,
+            sequence=mutation.next_sequence(),
+            usage=(found.attempt_bytes + size, found.output_emits + 1),
         )
         stale = operation.is_stale or current != context.request_attempt
         _publish(mutation, record, operation, stale=stale)
-        record.save(force_insert=True)
+        mutation.flush(insert=record)
         if record.save_mode == Save.NONE and not record.superseded:
             ephemeral_put(record_pk=record.pk, text=text)
-        mutation.flush()
     return EmitResult(True, accepted(output), record.record_id)
 
 
-def _new_record(
-    mutation: WorldMutation,
+def _draft_record(
     context: RequestContext,
     declaration: Declaration,
     *,
@@ -274,16 +276,12 @@ def _new_record(
     text: str,
     size: int,
     fingerprints: tuple[str, str],
-    usage: tuple[int, int],
 ) -> Record:
-    """A new record (not yet inserted) under the next sequence. `fingerprints` is (payload,
-    call); `usage` the attempt's running (bytes, emits of this output) including it."""
+    """A new record without what only the locked world knows (`_number_record`).
+    `fingerprints` is (payload, call)."""
     fingerprint, call = fingerprints
-    sequence = mutation.next_sequence()
-    record = Record(
+    return Record(
         world_id=context.world_id,
-        sequence=sequence,
-        record_id=record_id_for(sequence, fingerprint),
         operation_id=context.operation_id,
         parent_head=context.operation.parent_head,
         preset_id=context.operation.preset_id,
@@ -306,11 +304,16 @@ def _new_record(
         # never in the database for save=none (a check constraint holds this too)
         payload=None if declaration.save == Save.NONE else text,
         payload_bytes=size,
-        attempt_bytes=usage[0],
-        output_emits=usage[1],
     )
+
+
+def _number_record(record: Record, *, sequence: int, usage: tuple[int, int]) -> None:
+    """Give a draft its sequence, public id, the attempt's running (bytes, emits of this
+    output) including it, and the fingerprint over all of them."""
+    record.sequence = sequence
+    record.record_id = record_id_for(sequence, record.payload_fingerprint)
+    record.attempt_bytes, record.output_emits = usage
     record.record_fingerprint = record_fingerprint(record.fingerprint_fields)
-    return record
 
 
 def artifact_clear(*, context: RequestContext, output: str, tool_call_id: str) -> ClearResult:
@@ -331,16 +334,17 @@ def artifact_clear(*, context: RequestContext, output: str, tool_call_id: str) -
         {"output": declaration.name},
     )
     with transaction.atomic(durable=True):
-        mutation, operation, current = _locked_read(
+        mutation, found, current = _locked_read(
             context,
             tool_call_id,
             declaration.name,
             (MSG_CLEAR_MISSING, MSG_CLEAR_MISMATCH, MSG_CLEAR_UNREGISTERED),
         )
-        if operation.previous_record is not None:
+        operation = found.operation
+        if found.previous_record is not None:
             return ClearResult(False, rejected(REJECT_DIFFERENT_CALL))
-        if operation.previous_call is not None:
-            if operation.previous_call != call:
+        if found.previous_call is not None:
+            if found.previous_call != call:
                 return ClearResult(False, rejected(REJECT_DIFFERENT_ARGUMENTS))
             return ClearResult(True, clear_confirmed(output), idempotent=True)
         stale = operation.is_stale or current != context.request_attempt

@@ -7,24 +7,28 @@ sequence (over records and events) is read and the call numbers its new rows fro
 two rows of a world share a number and none is skipped (a rolled-back transaction takes its
 numbers with it).
 
-Events are buffered and written in one statement at the end, together with the record columns
-that mirror them, so one call costs a handful of queries however many events it appends.
+Events are buffered and written at the end in one statement (`sql.rows_write`), together with
+a new record, if the call makes one, and the conversation's version bump; the record columns
+that mirror earlier records' events follow. So one call costs a handful of queries however
+many events it appends.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Subquery
 from django.db.models.functions import Coalesce
 
 from artifacts.ephemeral import ephemeral_forget_on_commit
 from artifacts.models import Event, EventKind, Operation, Record, Save, World
 from artifacts.selectors import WorldView, world_view
-from artifacts.services.sql import lock_world
+from artifacts.services.sql import lock_world, rows_write
 from conversations.models import Conversation
-from conversations.services.common import conversation_touch
+from conversations.services.common import conversation_changed
 from core.errors import HostError
 
 MSG_WORLD_NOT_FOUND = "Conversation not found"
@@ -38,7 +42,7 @@ def invariant(message: str, **details: Any) -> HostError:
 
 def last_sequence_annotations(world_id: str) -> dict[str, Coalesce]:
     """The world's highest record and event sequences, as annotations (each an index probe on
-    `(world, sequence)`); `sql.read_for_call` reads the same two in the tool-call path."""
+    `(world, sequence)`); `sql.lock_and_read_for_call` reads the same two in the tool-call path."""
     newest = {
         "last_record_sequence": Record.objects.filter(world_id=world_id),
         "last_event_sequence": Event.objects.filter(world_id=world_id),
@@ -85,9 +89,13 @@ class WorldMutation:
             raise HostError("store", "not_found", MSG_WORLD_NOT_FOUND)
         return mutation
 
-    def know_last_sequence(self, last_record: int, last_event: int) -> None:
-        """Seed the counter from values the caller read under the lock."""
-        self._sequence = max(last_record, last_event)
+    @classmethod
+    def locked(cls, world_id: str, *, last_sequence: int) -> WorldMutation:
+        """A world the caller has just locked itself (`sql.lock_and_read_for_call`), with its
+        highest sequence read under that lock."""
+        mutation = cls(world_id)
+        mutation._sequence = last_sequence
+        return mutation
 
     # --- reads under the lock --------------------------------------------------------------
 
@@ -181,13 +189,22 @@ class WorldMutation:
             self._bound[record.pk] = head
         return True
 
-    def flush(self) -> None:
-        """Write the buffered events, the mirrored record columns and the counter; bump the
-        conversation's version so live views (the event stream) see the artifact change."""
-        if self._events:
-            Event.objects.bulk_create(self._events)
-            self._events = []
-            conversation_touch(conversation_id=self.world_id, changed="artifacts")
+    def flush(self, *, insert: Record | None = None) -> None:
+        """Write `insert` (a new record, numbered by `next_sequence`), the buffered events and
+        the mirrored record columns; with events, bump the conversation's version so live views
+        (the event stream) see the artifact change.
+
+        The bump is `conversation_touch`'s (version + 1 under the row lock, watchers told after
+        the commit), written in the same statement as the rows (`sql.rows_write`)."""
+        touched = rows_write(
+            record=insert, events=self._events, touch=self.world_id if self._events else None
+        )
+        self._events = []
+        if touched:
+            transaction.on_commit(
+                partial(conversation_changed, conversation_id=self.world_id, changed="artifacts"),
+                robust=True,
+            )
         if self._superseded:
             Record.objects.filter(pk__in=self._superseded).update(superseded=True)
             self._superseded = set()

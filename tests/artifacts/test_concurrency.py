@@ -4,13 +4,15 @@ keeps the world's sequence gap-free."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from artifacts import services
-from artifacts.models import Event, Operation, Record, World
+from artifacts.models import Event, EventKind, Operation, Record, World
+from artifacts.services.world import WorldMutation
 from tests.artifacts.helpers import decl, emit, make_world, op_context, started
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -123,3 +125,67 @@ def test_concurrent_clears_with_one_tool_call_id_write_one_event(owner):
     assert _run_in_threads(THREADS, worker) == []
     assert Event.objects.filter(kind="clear").count() == 1
     assert sorted(r.idempotent for r in results) == [False] + [True] * (THREADS - 1)
+
+
+def _someone_waits_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database()"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def _wait_until(check, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(owner):
+    """The world lock and the decision read go to the server in one round trip: the read
+    still starts only once the lock is granted, so it numbers after the holder's rows."""
+    make_world(owner, "world-1")
+    ctx = started(op_context(), decl(save="operation", max_emits=1000))
+    assert emit(ctx, payload="first", tool_call_id="first").ok  # record 1, activate 2
+    holding, release = threading.Event(), threading.Event()
+
+    def holder(_index: int) -> None:
+        with transaction.atomic():
+            mutation = WorldMutation.lock("world-1")
+            assert mutation is not None
+            # a clear: an event of the world (sequence 3) the waiting emit cannot know of
+            mutation.event(EventKind.CLEAR, "op-1", output="panel", channel="main",
+                           tool_call_id="held", call_fingerprint="sha256:held",
+                           request_id="req-1", request_attempt=1)  # fmt: skip
+            mutation.flush()
+            holding.set()
+            assert release.wait(timeout=30)
+
+    results = []
+
+    def emitter(_index: int) -> None:
+        assert holding.wait(timeout=30)
+        results.append(emit(ctx, payload="second", tool_call_id="second"))
+
+    def both(index: int) -> None:
+        (holder, emitter)[index](index)
+
+    def release_once_the_emit_waits() -> None:
+        try:
+            _wait_until(lambda: holding.is_set() and _someone_waits_for_a_lock())
+            release.set()
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=release_once_the_emit_waits)
+    watcher.start()
+    assert _run_in_threads(2, both) == []
+    watcher.join(timeout=30)
+    assert release.is_set()
+
+    assert [r.ok for r in results] == [True]
+    assert Record.objects.get(tool_call_id="second").sequence == 4
+    assert Event.objects.filter(record_id=results[0].record_id).get().sequence == 5
+    assert services.integrity_check() == []

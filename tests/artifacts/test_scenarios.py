@@ -102,6 +102,26 @@ def test_a_second_operation_supersedes_new_operation_records_and_open_followups(
     assert visible() == ["d1"]
 
 
+def test_a_new_operation_superseding_many_records_writes_every_event_in_order(world, monkeypatch):
+    """One call appending more events than one INSERT takes: SQLite pages them under its
+    bound-parameter limit (66 rows), PostgreSQL (page shrunk here) after the first page."""
+    from artifacts.services import sql
+
+    monkeypatch.setattr(sql, "_PAGE_POSTGRESQL", 40)
+    ctx = started(op_context(), decl(invalidation="new_operation", save="operation", max_emits=500))
+    emitted = [emit(ctx, payload=f"p{n}", tool_call_id=f"c{n}").record_id for n in range(150)]
+    last = max(Event.objects.values_list("sequence", flat=True))
+
+    services.operation_begin(context=op_context(operation_id="op-2"))
+
+    supersedes = list(Event.objects.filter(kind="supersede").order_by("sequence"))
+    assert [e.record_id for e in supersedes] == emitted
+    assert [e.sequence for e in supersedes] == list(range(last + 1, last + 151))
+    assert not Record.objects.filter(superseded=False).exists()
+    assert visible() == []
+    assert services.integrity_check() == []
+
+
 def test_an_open_followup_without_records_is_superseded_by_a_new_operation(world):
     first = op_context(operation_id="op-1")
     services.operation_begin(context=first)

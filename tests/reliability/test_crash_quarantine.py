@@ -435,9 +435,7 @@ def test_a_settled_consumer_dying_mid_page_is_quarantined_on_the_fourth_delivery
     forget_activations()
 
 
-def test_a_death_later_in_one_extensions_run_of_frames_still_quarantines_it(
-    installed, plan, calls
-):
+def test_a_death_later_in_one_extensions_run_of_frames_still_quarantines_it(installed, plan, calls):
     # boomer's two timers are one run of frames in the page: the first is counted for both
     plan.extend(["ok", "die"] * 3)
     set_timer("calm", "fine", 1)
