@@ -4,7 +4,7 @@ stopped in the same response."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from conversations.selectors import conversation_get
 from core.auth import Principal
@@ -31,10 +31,11 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
     `value: null` this time (running, not stopped)."""
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
     slots: dict[str, dict[str, Any]] = {}
-    projected: list[tuple[RosterEntry, LoadedExtension, bool, bool]] = []
+    projected: list[tuple[_Row, LoadedExtension, bool, bool]] = []
     attention: list[str] = []  # running and granted `attention`: their items are visible
-    for row in RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED).order_by("id"):
-        grants = set(row.admitted_grants)
+    rows = RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED).order_by("id")
+    for row in map(_Row._make, rows.values_list(*_Row._fields)):
+        grants = set(row.admitted_grants or ())
         if row.status == ExtensionStatus.RUNNING and "attention" in grants:
             attention.append(row.id)
         projects, commands = "projection" in grants, "commands" in grants
@@ -65,11 +66,21 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
     }
 
 
+class _Row(NamedTuple):
+    """What the projection reads of a roster row (plain values: no model instances)."""
+
+    id: str
+    status: str
+    revision: str
+    reason: str
+    admitted_grants: list[str]
+
+
 def _stopped(revision: str, reason: str) -> dict[str, Any]:
     return {"status": "stopped", "revision": revision, "reason": reason}
 
 
-def _unprojected(row: RosterEntry, loaded: LoadedExtension, *, projects: bool) -> dict[str, Any]:
+def _unprojected(row: _Row, loaded: LoadedExtension, *, projects: bool) -> dict[str, Any]:
     """The slot of an extension whose hooks do not run for this projection ({} when they do)."""
     if row.status == ExtensionStatus.STOPPED:
         return _stopped(row.revision, row.reason)
@@ -88,7 +99,7 @@ def _unprojected(row: RosterEntry, loaded: LoadedExtension, *, projects: bool) -
 
 def _project_all(
     page: FramePage,
-    projected: list[tuple[RosterEntry, LoadedExtension, bool, bool]],
+    projected: list[tuple[_Row, LoadedExtension, bool, bool]],
     conversation_id: str,
 ) -> list[FrameOutcome]:
     page.lock(row.id for row, *_ in projected)
