@@ -3,6 +3,7 @@ capture enqueued tasks instead of sending them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +12,16 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from conversations.models import Conversation
+from conversations.models import (
+    Conversation,
+    Entry,
+    OriginKind,
+    Role,
+    Run,
+    RunStatus,
+    Submission,
+    SubmissionStatus,
+)
 from conversations.services import Origin, run_claim, run_settle, submission_admit
 from core import clock
 from extensions_host.background import tasks
@@ -100,6 +110,49 @@ def settle_runs(conversation_id: str, count: int, *, text: str = "hi") -> list[i
         settled = run_settle(run_id=claim.run.pk, status="unanswered", reason="done")
         sequences.append(settled.run.settled_sequence)
     return sequences
+
+
+def claimed_runs(owner: Any, count: int, tag: str) -> list[int]:
+    """`count` conversations, each with one input and one claimed run (bulk setup: the test is
+    about settling and delivery, not about admission and claims)."""
+    now = clock.now()
+    lease = now + dt.timedelta(hours=1)
+    conversations = Conversation.objects.bulk_create(
+        [Conversation(id=f"{tag}{n:05}", owner=owner, last_activity_at=now) for n in range(count)]
+    )
+    runs = Run.objects.bulk_create(
+        [
+            Run(conversation=c, status=RunStatus.CLAIMED, claimed_at=now, lease_expires_at=lease)
+            for c in conversations
+        ]
+    )
+    submissions = Submission.objects.bulk_create(
+        [
+            Submission(
+                conversation_id=run.conversation_id,
+                request_id="r",
+                parts=[{"type": "text", "text": f"input of {run.conversation_id}"}],
+                origin_kind=OriginKind.USER,
+                origin_user=owner,
+                fingerprint="0" * 64,
+                status=SubmissionStatus.CLAIMED,
+                run=run,
+            )
+            for run in runs
+        ]
+    )
+    Entry.objects.bulk_create(
+        [
+            Entry(
+                conversation_id=sub.conversation_id,
+                role=Role.USER,
+                content=sub.parts,
+                submission=sub,
+            )
+            for sub in submissions
+        ]
+    )
+    return [run.pk for run in runs]
 
 
 # --- real processes (integration tests): the fixtures of tests/integration ------------------

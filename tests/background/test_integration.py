@@ -7,7 +7,6 @@ process installs the same definitions and syncs the roster.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import os
 import signal
@@ -26,13 +25,6 @@ from django.db import connection
 from config.celery import app as celery_app
 from conversations.models import (
     Conversation,
-    Entry,
-    OriginKind,
-    Role,
-    Run,
-    RunStatus,
-    Submission,
-    SubmissionStatus,
 )
 from conversations.services import (
     conversation_create,
@@ -57,6 +49,7 @@ from extensions_host.services.roster import extension_resume, roster_sync
 from tests.integration.conftest import wait_until
 
 from . import worker_exts
+from .conftest import claimed_runs
 from .worker_exts import CONSUMER_IDS, TICK_IDS, TIMER_EXTENSIONS, Effect
 
 pytestmark = [
@@ -303,49 +296,6 @@ def test_precise_wakes_fire_timers_due_in_300_ms_within_a_second_at_p99(
 
 
 # --- settled delivery -------------------------------------------------------------------------
-
-
-def claimed_runs(owner: Any, count: int, tag: str) -> list[int]:
-    """`count` conversations, each with one input and one claimed run (bulk setup: the test is
-    about settling and delivery, not about admission and claims)."""
-    now = clock.now()
-    lease = now + dt.timedelta(hours=1)
-    conversations = Conversation.objects.bulk_create(
-        [Conversation(id=f"{tag}{n:05}", owner=owner, last_activity_at=now) for n in range(count)]
-    )
-    runs = Run.objects.bulk_create(
-        [
-            Run(conversation=c, status=RunStatus.CLAIMED, claimed_at=now, lease_expires_at=lease)
-            for c in conversations
-        ]
-    )
-    submissions = Submission.objects.bulk_create(
-        [
-            Submission(
-                conversation_id=run.conversation_id,
-                request_id="r",
-                parts=[{"type": "text", "text": f"input of {run.conversation_id}"}],
-                origin_kind=OriginKind.USER,
-                origin_user=owner,
-                fingerprint="0" * 64,
-                status=SubmissionStatus.CLAIMED,
-                run=run,
-            )
-            for run in runs
-        ]
-    )
-    Entry.objects.bulk_create(
-        [
-            Entry(
-                conversation_id=sub.conversation_id,
-                role=Role.USER,
-                content=sub.parts,
-                submission=sub,
-            )
-            for sub in submissions
-        ]
-    )
-    return [run.pk for run in runs]
 
 
 def settle(run_ids: list[int]) -> None:

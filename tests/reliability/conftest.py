@@ -21,6 +21,7 @@ from config.celery import app as celery_app
 from extensions_host import registry
 from extensions_host.runtime import forget_activations
 from extensions_host.services.roster import roster_sync
+from tests.background.conftest import claimed_runs
 from tests.integration.conftest import (
     broker,
     processes,
@@ -30,7 +31,7 @@ from tests.integration.conftest import (
 
 from . import exts
 
-__all__ = ["broker", "processes", "pytest_runtest_makereport", "wait_until"]
+__all__ = ["broker", "claimed_runs", "processes", "pytest_runtest_makereport", "wait_until"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,55 +104,3 @@ def ready(processes: Any, count: int) -> None:
         return sum("ready." in text for text in logs) >= count
 
     wait_until(up, timeout=45, interval=0.2)
-
-
-def claimed_runs(owner: Any, count: int, tag: str) -> list[int]:
-    """`count` conversations, each with one input and one claimed run, ready to settle (bulk
-    setup, no lifecycle events: the tests are about settling and delivery)."""
-    import datetime as dt
-
-    from conversations.models import (
-        Conversation,
-        Entry,
-        OriginKind,
-        Role,
-        Run,
-        RunStatus,
-        Submission,
-        SubmissionStatus,
-    )
-    from core import clock
-
-    now = clock.now()
-    lease = now + dt.timedelta(hours=1)
-    conversations = Conversation.objects.bulk_create(
-        [Conversation(id=f"{tag}{n:05}", owner=owner, last_activity_at=now) for n in range(count)]
-    )
-    runs = Run.objects.bulk_create(
-        [
-            Run(conversation=c, status=RunStatus.CLAIMED, claimed_at=now, lease_expires_at=lease)
-            for c in conversations
-        ]
-    )
-    submissions = Submission.objects.bulk_create(
-        [
-            Submission(
-                conversation_id=run.conversation_id,
-                request_id="r",
-                parts=[{"type": "text", "text": f"input of {run.conversation_id}"}],
-                origin_kind=OriginKind.USER,
-                origin_user=owner,
-                fingerprint="0" * 64,
-                status=SubmissionStatus.CLAIMED,
-                run=run,
-            )
-            for run in runs
-        ]
-    )
-    Entry.objects.bulk_create(
-        [
-            Entry(conversation_id=s.conversation_id, role=Role.USER, content=s.parts, submission=s)
-            for s in submissions
-        ]
-    )
-    return [run.pk for run in runs]
