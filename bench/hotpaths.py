@@ -160,24 +160,11 @@ def api(path: str, requests: int) -> Callable[[], Any]:
     from django.test import Client
 
     from bench import volume
-    from bench.runner import seed_projection_records
+    from bench.runner import api_requests, seed_projection_records
 
-    client = Client()
-    auth = {"HTTP_AUTHORIZATION": "Bearer bench-service-token"}
     volume.conversations_insert(prefix="hpproj", count=1)
     seed_projection_records("hpproj0")
-    calls: dict[str, Callable[[int], Any]] = {
-        "bare": lambda i: client.post(
-            "/bench/baseline/put", {"key": f"k{i}", "value": "v"}, content_type="application/json"
-        ),
-        "command": lambda i: client.post(
-            "/v1/extensions/bench_api/commands/put",
-            {"key": f"k{i}", "value": "v"},
-            content_type="application/json",
-            **auth,
-        ),
-        "projection": lambda i: client.get("/v1/conversations/hpproj0/projection", **auth),
-    }
+    calls = api_requests(Client(), "hpproj0")
     call = calls[path]
     for i in range(5):
         call(i)  # warm
@@ -223,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         ("settled-batch-64 (per run·consumer)", 640 * 10, lambda: settled(640, 64)),
         ("settled-task (1 new run, 1 consumer)", 200, lambda: settled_task(200)),
         ("settle (with its after-commit kicks)", 200, lambda: settle(200)),
-        ("api-bare-view", 200, lambda: api("bare", 200)),
-        ("api-command", 200, lambda: api("command", 200)),
+        ("api-bare-view", 200, lambda: api("api-bare-view", 200)),
+        ("api-command", 200, lambda: api("api-command", 200)),
         ("api-projection (20 slots)", 50, lambda: api("projection", 50)),
         ("artifact-emit", 500, lambda: artifact_emit(500)),
     ]

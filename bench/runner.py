@@ -1081,16 +1081,11 @@ def count_projection_slots(url: str) -> int:
     return len(slots)
 
 
-def profile_api(directory: Path) -> None:
-    """pyinstrument over in-process requests (Django's test client: the whole Django stack,
-    no network) of the bare view, the command and the projection."""
-    from django.test import Client
-    from pyinstrument import Profiler
-
-    directory.mkdir(parents=True, exist_ok=True)
-    client = Client()
+def api_requests(client: Any, conversation_id: str) -> dict[str, Callable[[int], Any]]:
+    """The in-process API requests of the profiles (Django's test client): the bare view, the
+    command and the projection; the argument varies the record key."""
     auth = {"HTTP_AUTHORIZATION": "Bearer bench-service-token"}
-    cases = {
+    return {
         "api-bare-view": lambda i: client.post(
             "/bench/baseline/put", {"key": f"p{i}", "value": "v"}, content_type="application/json"
         ),
@@ -1100,9 +1095,20 @@ def profile_api(directory: Path) -> None:
             content_type="application/json",
             **auth,
         ),
-        "projection": lambda i: client.get("/v1/conversations/benchproj0/projection", **auth),
+        "projection": lambda i: client.get(
+            f"/v1/conversations/{conversation_id}/projection", **auth
+        ),
     }
-    for name, call in cases.items():
+
+
+def profile_api(directory: Path) -> None:
+    """pyinstrument over in-process requests (Django's test client: the whole Django stack,
+    no network) of the bare view, the command and the projection."""
+    from django.test import Client
+    from pyinstrument import Profiler
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, call in api_requests(Client(), "benchproj0").items():
         for i in range(20):
             call(i)  # warm caches and connections
         profiler = Profiler(interval=0.0002)
