@@ -151,8 +151,11 @@ async def event_stream(
     try:
         yield f"retry: {int(settings.HOST_SSE_RETRY_MS)}\n\n"
         try:
-            version = await _version(conversation_id=conversation_id, principal=principal)
+            # digests first: a change committed between the two reads then shows as a newer
+            # version against older digests (reported in full), never as a version whose
+            # digests already include it (its kinds would be lost)
             digests = await _digests(conversation_id=conversation_id)
+            version = await _version(conversation_id=conversation_id, principal=principal)
         except _Unavailable:
             yield sse("unavailable", {"conversation_id": conversation_id})
             return
