@@ -3,12 +3,11 @@
 - `fire_one_per_transaction`: the plain way — one durable frame per timer (lock the timer row
   `SKIP LOCKED`, call `on_timer`, delete the row, commit). Spec 08 quotes about 11% of the
   pgbench UPDATE figure for this shape.
-- The host's sweep (`timers_fire_page`): a page of 64 in one transaction, a savepoint per
-  timer, the deletes batched — the group commit of spec 03.
-
-The optimistic variant (a page without savepoints, re-run without the culprit on a failure)
-needs a frame mode without a savepoint in the runtime (`run_frame`), which the runtime does not
-offer; it is described in bench/README.md, not measured.
+- The host's sweep (`timers_fire_page`): a page of 64 in one transaction, the deletes batched —
+  the group commit of spec 03 — optimistic (no savepoint per timer; a failing timer aborts the
+  page, which runs again with a savepoint per timer and without re-calling the culprit).
+  `run_page(optimistic=False)` is the isolated variant (a savepoint per timer from the start);
+  bench/README.md has both measured.
 
 These call the runtime's public `run_frame`, never the extension directly.
 """
