@@ -5,25 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from extensions_host.sdk import Collection, Extension
-
-
-class Note(BaseModel):
-    key: str
-    text: str = ""
-    conversation: str = ""
-
-
-class NoteInput(BaseModel):
-    key: str = Field(min_length=1, max_length=64)
-    text: str = Field(default="", max_length=500)
-
-
-class Count(BaseModel):
-    count: int
-
+from tests.security.exts import Count, Note, NoteInput  # the same models as the security suite's
 
 fuzzy = Extension(
     id="fuzzy",
