@@ -82,20 +82,39 @@ def measure(
     }
 
 
-def timers(pages: int) -> Callable[[], Any]:
+def timers(pages: int, size: int) -> Callable[[], Any]:
     from bench import volume
     from bench.runner import now_ms
-    from extensions_host.background.services.timers import PAGE, timers_fire_page
+    from extensions_host.background.services.timers import timers_fire_page
 
     volume.timers_insert(
-        extension_id="bench_timers", prefix="hp-", count=PAGE * pages, first_due_ms=now_ms() - 1
-    )
+        extension_id="bench_timers", prefix=f"hp{size}-", count=size * pages,
+        first_due_ms=now_ms() - 1,
+    )  # fmt: skip
 
     def run() -> None:
         fired = 0
         for _ in range(pages):
-            fired += timers_fire_page().fired
-        assert fired == PAGE * pages, fired
+            fired += timers_fire_page(limit=size).fired
+        assert fired == size * pages, fired
+
+    return run
+
+
+def timer_set(sets: int, per_transaction: int) -> Callable[[], Any]:
+    """`ctx.timers.set` of new keys through `ctx.transact`, as the lateness row arms them."""
+    from bench.extensions.timers import arm
+    from bench.runner import FAR_FUTURE_MS, now_ms
+    from extensions_host.runtime import detached_context
+
+    ctx = detached_context(extension_id="bench_timers", hook="hotpaths arm")
+    due = now_ms() + FAR_FUTURE_MS
+    planned = [(f"hpset-{i}", due + i) for i in range(sets)]
+
+    def run() -> None:
+        for start in range(0, sets, per_transaction):
+            chunk = planned[start : start + per_transaction]
+            ctx.transact(lambda c, chunk=chunk: arm(c, keys_and_due=chunk))
 
     return run
 
@@ -205,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     from extensions_host.background.services.timers import PAGE
 
     paths: list[tuple[str, int, Callable[[], Callable[[], Any]]]] = [
-        ("timer-fire", PAGE * 10, lambda: timers(10)),
+        ("timer-fire (pages of 64)", PAGE * 10, lambda: timers(10, PAGE)),
+        ("timer-fire (pages of 6)", 6 * 50, lambda: timers(50, 6)),
+        ("timer-set (64 per transact)", 640, lambda: timer_set(640, 64)),
         ("settled-batch-1 (per run·consumer)", 40 * 10, lambda: settled(40, 1)),
         ("settled-batch-64 (per run·consumer)", 640 * 10, lambda: settled(640, 64)),
         ("settled-task (1 new run, 1 consumer)", 200, lambda: settled_task(200)),

@@ -553,8 +553,8 @@ def _lock_roster_rows(
     return [
         RosterView(
             *values[skip : skip + 5],
-            admitted_grants=_json(values[skip + 5]) or [],
-            quotas=_json(values[skip + 6]) or {},
+            admitted_grants=decode_json(values[skip + 5]) or [],
+            quotas=decode_json(values[skip + 6]) or {},
             activation_epoch=values[skip + 7],
             usage=(int(values[skip + 8]), int(values[skip + 9])),
         )
@@ -562,7 +562,8 @@ def _lock_roster_rows(
     ]
 
 
-def _json(value: Any) -> Any:
+def decode_json(value: Any) -> Any:
+    """A JSON column read by a plain statement (SQLite returns its text)."""
     return json.loads(value) if isinstance(value, str) else value
 
 

@@ -351,6 +351,29 @@ def test_a_sweep_that_fired_waits_for_timers_falling_due_within_the_pump_window(
     assert timer_wake_mark() == now + 600
 
 
+def test_a_timer_that_fell_due_while_a_page_ran_fires_without_a_gathering_wait(
+    install, fake_clock, settings
+):
+    settings.HOST_TIMER_PUMP_MS = 200
+
+    def slow(ctx: Any, timer: Any) -> None:
+        record_timer(ctx, timer)
+        if timer.key == "t0":
+            fake_clock.advance(ms=50)  # the page takes 50 ms
+
+    install(make_ext("alpha", on_timer=slow))
+    now = fake_clock.now_ms()
+    set_timers("alpha", t0=now, t1=now + 20, t2=now + 100)
+
+    timers_fire_due(budget_s=30)
+
+    # t1 was overdue when the first page ended: fired at once (no PUMP_GATHER_MS sleep), then
+    # the pump waited exactly until t2
+    assert set(effects("alpha")) == {"t0", "t1", "t2"}
+    assert effects("alpha")["t1"].data[1] == now + 50
+    assert fake_clock.now_ms() == now + 100
+
+
 def test_without_the_pump_a_sweep_fires_only_what_is_due(install, fake_clock, settings):
     settings.HOST_TIMER_PUMP_MS = 0
     install(make_ext("alpha", on_timer=record_timer))

@@ -17,6 +17,7 @@ from extensions_host import registry
 from extensions_host.background.models import Kick
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import FramePage, run_page
+from extensions_host.runtime.frames import decode_json
 from extensions_host.runtime.deadlines import default_deadline
 
 T = TypeVar("T")
@@ -40,13 +41,18 @@ def eligible_ids(grant: str, *, ids: Iterable[str] | None = None) -> list[str]:
     wanted = list(loaded) if ids is None else [i for i in ids if i in loaded]
     if not wanted:
         return []
-    rows = RosterEntry.objects.filter(pk__in=wanted, status=ExtensionStatus.RUNNING).values_list(
-        "id", "revision", "admitted_grants"
-    )
+    roster = connection.ops.quote_name(RosterEntry._meta.db_table)
+    with connection.cursor() as cursor:  # a plain statement: every sweep page runs it
+        cursor.execute(
+            f"SELECT id, revision, admitted_grants FROM {roster} "  # noqa: S608 (our table)
+            f"WHERE status = %s AND id IN ({', '.join(['%s'] * len(wanted))})",
+            [ExtensionStatus.RUNNING.value, *wanted],
+        )
+        rows = cursor.fetchall()
     return sorted(
         ext_id
         for ext_id, revision, grants in rows
-        if grant in (grants or []) and loaded[ext_id].revision == revision
+        if grant in (decode_json(grants) or []) and loaded[ext_id].revision == revision
     )
 
 

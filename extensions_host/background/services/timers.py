@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from core import clock
@@ -104,15 +104,23 @@ class TimerAccess:
 
 
 def timer_set(*, frame: Frame, key: str, due_at: int) -> None:
-    """Upsert the timer inside the frame; a new key is checked against the quota."""
-    updated = Timer.objects.filter(extension_id=frame.extension_id, key=key).update(
-        due_at=due_at, fire_at=due_at, retry_attempt=0
-    )
-    if not updated:
-        _count_charge(frame, 1)
-        Timer.objects.create(
-            extension_id=frame.extension_id, key=key, due_at=due_at, fire_at=due_at
+    """Upsert the timer inside the frame; a new key is checked against the quota first.
+
+    Plain statements (every hook that re-arms a timer runs them): the update, and for a new
+    key the insert."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_table()} SET due_at = %s, fire_at = %s, retry_attempt = 0 "  # noqa: S608
+            "WHERE extension_id = %s AND key = %s",
+            [due_at, due_at, frame.extension_id, key],
         )
+        if not cursor.rowcount:
+            _count_charge(frame, 1)
+            cursor.execute(
+                f"INSERT INTO {_table()} "  # noqa: S608
+                "(extension_id, key, due_at, fire_at, retry_attempt) VALUES (%s, %s, %s, %s, 0)",
+                [frame.extension_id, key, due_at, due_at],
+            )
     frame.scratch.setdefault(_KEYS, set()).add(key)
     _wake_after_commit(frame, due_at)
 
@@ -133,13 +141,19 @@ def timer_read(*, extension_id: str, key: str) -> int | None:
     )
 
 
+def _table() -> str:
+    return connection.ops.quote_name(Timer._meta.db_table)
+
+
 def _count_charge(frame: Frame, delta: int) -> None:
     counted = frame.scratch.get(_COUNT)
     if counted is None:
-        counted = frame.scratch[_COUNT] = [
-            Timer.objects.filter(extension_id=frame.extension_id).count(),
-            0,
-        ]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {_table()} WHERE extension_id = %s",  # noqa: S608
+                [frame.extension_id],
+            )
+            counted = frame.scratch[_COUNT] = [cursor.fetchone()[0], 0]
     if delta > 0:
         limit = quota_limit(overrides=frame.quotas, name="max_timers")
         if counted[0] + counted[1] + delta > limit:
@@ -192,35 +206,40 @@ def timers_fire_due(*, wake_at: int | None = None, budget_s: float | None = None
     budget = settings.HOST_SWEEP_BUDGET_SECONDS if budget_s is None else budget_s
     ends = time.monotonic() + budget
     while True:
-        result = timers_fire_page()
+        ids = eligible_ids("timers")
+        result = timers_fire_page(ids=ids)
         more = result.claimed == PAGE and result.progressed > 0
         if more and time.monotonic() >= ends:
             return True
-        if not more and not (result.fired and _waited_for_next(ends)):
+        if not more and not (result.fired and _waited_for_next(ends, ids)):
             break
     timer_wake_next()
     return False
 
 
-def _waited_for_next(ends: float) -> bool:
+def _waited_for_next(ends: float, ids: list[str]) -> bool:
     """Wait for the next timer if it falls due within the pump window and the budget."""
     window = settings.HOST_TIMER_PUMP_MS
     if not window or time.monotonic() >= ends:
         return False
-    next_at = timer_next_fire_at()
+    next_at = timer_next_fire_at(ids=ids)
     if next_at is None:
         return False
+    wait = next_at - clock.now_ms()
+    if wait <= 0:
+        return True  # already due (it fell due while this page ran): fire it at once
     # at least PUMP_GATHER_MS: under a dense stream a page fires several timers, not one
-    wait = max(next_at - clock.now_ms(), PUMP_GATHER_MS)
+    wait = max(wait, PUMP_GATHER_MS)
     if wait > window or time.monotonic() + wait / 1000 >= ends:
         return False
     clock.sleep(wait)
     return True
 
 
-def timers_fire_page(*, limit: int = PAGE) -> PageResult:
-    """Claim and fire one page of due timers in one group commit (see the module docstring)."""
-    ids = eligible_ids("timers")
+def timers_fire_page(*, limit: int = PAGE, ids: list[str] | None = None) -> PageResult:
+    """Claim and fire one page of due timers in one group commit (see the module docstring).
+    `ids`: the extensions whose timers may fire (default: read now)."""
+    ids = eligible_ids("timers") if ids is None else ids
     if not ids:
         return PageResult()
     return page_with_retries(lambda page: _fire_page(page, ids, limit), optimistic=True)
@@ -228,12 +247,7 @@ def timers_fire_page(*, limit: int = PAGE) -> PageResult:
 
 def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
     now = clock.now_ms()
-    claimed = list(
-        Timer.objects.select_for_update(skip_locked=True)
-        .filter(extension_id__in=ids, fire_at__lte=now)
-        .order_by("fire_at", "id")
-        .values_list("id", "extension_id", "key", "due_at", "retry_attempt")[:limit]
-    )
+    claimed = _claim(ids, now, limit)
     result = PageResult(claimed=len(claimed))
     page.lock(extension_id for _, extension_id, *_ in claimed)
     delete_ids: list[int] = []
@@ -270,8 +284,27 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
         else:
             result.skipped += 1
     if delete_ids:
-        Timer.objects.filter(pk__in=delete_ids).delete()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {_table()} "  # noqa: S608
+                f"WHERE id IN ({', '.join(['%s'] * len(delete_ids))})",
+                delete_ids,
+            )
     return result
+
+
+def _claim(ids: list[str], now: int, limit: int) -> list[tuple[int, str, str, int, int]]:
+    """Due timers of these extensions, oldest first, locked `FOR UPDATE SKIP LOCKED` (a plain
+    statement: every page of the pump starts with it)."""
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, extension_id, key, due_at, retry_attempt FROM {_table()} "  # noqa: S608
+            f"WHERE fire_at <= %s AND extension_id IN ({', '.join(['%s'] * len(ids))}) "
+            f"ORDER BY fire_at, id LIMIT %s{lock}",
+            [now, *ids, limit],
+        )
+        return cursor.fetchall()
 
 
 def _fire_one(
