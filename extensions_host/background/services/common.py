@@ -17,8 +17,8 @@ from extensions_host import registry
 from extensions_host.background.models import Kick
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import FramePage, run_page
-from extensions_host.runtime.frames import decode_json
 from extensions_host.runtime.deadlines import default_deadline
+from extensions_host.runtime.frames import decode_json
 
 T = TypeVar("T")
 
