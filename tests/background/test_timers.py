@@ -13,7 +13,11 @@ from extensions_host.background.services.timers import (
     timers_fire_due,
     timers_fire_page,
 )
-from extensions_host.background.services.wake import timer_wake_mark
+from extensions_host.background.services.wake import (
+    timer_pump_claim,
+    timer_pump_release,
+    timer_wake_mark,
+)
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import HookContext
 from extensions_host.sdk import ExtensionStop, Retry, StateError
@@ -372,6 +376,40 @@ def test_a_timer_that_fell_due_while_a_page_ran_fires_without_a_gathering_wait(
     assert set(effects("alpha")) == {"t0", "t1", "t2"}
     assert effects("alpha")["t1"].data[1] == now + 50
     assert fake_clock.now_ms() == now + 100
+
+
+def test_only_a_sweep_holding_a_pump_slot_waits_for_the_next_timer(install, fake_clock, settings):
+    settings.HOST_TIMER_PUMP_MS = 200
+    settings.HOST_TIMER_PUMPS = 1
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", t0=now, t1=now + 100, t2=now + 200)
+    busy = timer_pump_claim(until_ms=now + 60_000)  # another sweep is pumping
+    assert busy is not None
+    assert timer_pump_claim(until_ms=now + 60_000) is None  # HOST_TIMER_PUMPS = 1
+
+    timers_fire_due(budget_s=30)
+
+    # it fired what was due and ended (no wait), leaving t1 to the pump and its wake
+    assert set(effects("alpha")) == {"t0"}
+    assert fake_clock.now_ms() == now
+    assert timer_wake_mark() == now + 100
+
+    timer_pump_release(name=busy, until_ms=now + 60_000)
+    fake_clock.advance(ms=100)
+    timers_fire_due(budget_s=30)
+
+    assert set(effects("alpha")) == {"t0", "t1", "t2"}  # the slot was free: it pumped
+    assert timer_pump_claim(until_ms=now + 60_000) == busy  # and released it when it ended
+
+
+def test_a_pump_slot_whose_lease_ran_out_is_taken_again(install, fake_clock, settings):
+    settings.HOST_TIMER_PUMPS = 1
+    now = fake_clock.now_ms()
+    assert timer_pump_claim(until_ms=now + 1000) is not None  # its sweep died holding it
+    assert timer_pump_claim(until_ms=now + 60_000) is None
+    fake_clock.advance(ms=1001)
+    assert timer_pump_claim(until_ms=now + 60_000) is not None
 
 
 def test_without_the_pump_a_sweep_fires_only_what_is_due(install, fake_clock, settings):

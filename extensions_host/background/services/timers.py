@@ -32,6 +32,8 @@ from extensions_host.background.models import Timer
 from extensions_host.background.services.common import eligible_ids, page_with_retries
 from extensions_host.background.services.wake import (
     timer_next_fire_at,
+    timer_pump_claim,
+    timer_pump_release,
     timer_wake_clear,
     timer_wake_next,
     timer_wake_request,
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
 PAGE = 64
 PUMP_GATHER_MS = 5  # the pump's shortest wait: a few timers per page instead of one each
+PUMP_LEASE_MARGIN_MS = 60_000  # a pump slot outlives its sweep's budget by the task's limit
 BIGINT_MAX = 2**63 - 1
 MSG_INSTANT_INVALID = "A timer instant must be a non-negative integer (epoch milliseconds)"
 
@@ -197,43 +200,57 @@ def timers_fire_due(*, wake_at: int | None = None, budget_s: float | None = None
     """Fire due timers page after page for up to `budget_s` seconds. Returns True when more
     are due (the task re-enqueues itself); when none are, claims the next precise wake.
 
-    A sweep that fired timers waits for the next one when it falls due within
-    `HOST_TIMER_PUMP_MS` (while its budget lasts): under a steady stream of timers one task
-    keeps firing them as they fall due, instead of a chain of wake tasks each paying the
-    broker's round trip."""
+    A sweep that holds a pump slot (`HOST_TIMER_PUMPS`) and fired timers waits for the next
+    one when it falls due within `HOST_TIMER_PUMP_MS` (while its budget lasts): under a steady
+    stream of timers the pumps keep firing them as they fall due, instead of a chain of wake
+    tasks each paying the broker's round trip. A sweep without a slot fires what is due and
+    ends."""
     if wake_at is not None:
         timer_wake_clear(instant=wake_at)
     budget = settings.HOST_SWEEP_BUDGET_SECONDS if budget_s is None else budget_s
     ends = time.monotonic() + budget
-    while True:
-        ids = eligible_ids("timers")
-        result = timers_fire_page(ids=ids)
-        more = result.claimed == PAGE and result.progressed > 0
-        if more and time.monotonic() >= ends:
-            return True
-        if not more and not (result.fired and _waited_for_next(ends, ids)):
-            break
+    pump, lease = None, clock.now_ms() + int(budget * 1000) + PUMP_LEASE_MARGIN_MS
+    try:
+        while True:
+            ids = eligible_ids("timers")
+            result = timers_fire_page(ids=ids)
+            more = result.claimed == PAGE and result.progressed > 0
+            if more and time.monotonic() >= ends:
+                return True
+            if more:
+                continue
+            wait = _next_wait(ends, ids) if result.fired else None
+            if wait is None:
+                break
+            if wait:  # only a pump waits
+                pump = pump or timer_pump_claim(until_ms=lease)
+                if pump is None:
+                    break
+                clock.sleep(wait)
+    finally:
+        if pump is not None:
+            timer_pump_release(name=pump, until_ms=lease)
     timer_wake_next()
     return False
 
 
-def _waited_for_next(ends: float, ids: list[str]) -> bool:
-    """Wait for the next timer if it falls due within the pump window and the budget."""
+def _next_wait(ends: float, ids: list[str]) -> int | None:
+    """How long to wait for the next timer (0: it is already due; None: it does not fall due
+    within the pump window and the budget)."""
     window = settings.HOST_TIMER_PUMP_MS
     if not window or time.monotonic() >= ends:
-        return False
+        return None
     next_at = timer_next_fire_at(ids=ids)
     if next_at is None:
-        return False
+        return None
     wait = next_at - clock.now_ms()
     if wait <= 0:
-        return True  # already due (it fell due while this page ran): fire it at once
+        return 0  # it fell due while this page ran: fire it at once
     # at least PUMP_GATHER_MS: under a dense stream a page fires several timers, not one
     wait = max(wait, PUMP_GATHER_MS)
     if wait > window or time.monotonic() + wait / 1000 >= ends:
-        return False
-    clock.sleep(wait)
-    return True
+        return None
+    return wait
 
 
 def timers_fire_page(*, limit: int = PAGE, ids: list[str] | None = None) -> PageResult:

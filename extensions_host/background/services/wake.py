@@ -23,6 +23,7 @@ from extensions_host.background.models import Mark, Timer
 from extensions_host.background.services.common import eligible_ids, enqueue
 
 WAKE = "timer_wake"
+PUMP = "timer_pump"  # the pump slots: `timer_pump:0` … (HOST_TIMER_PUMPS), each a lease expiry
 # a wake instant this far in the past that was never cleared: its task was lost
 LOST_WAKE_MS = 10_000
 
@@ -93,3 +94,24 @@ def timer_wake_for_extension(extension_id: str) -> bool:
 def timer_wake_mark() -> int | None:
     """The instant the coalesced wake is scheduled for (None: no wake pending)."""
     return Mark.objects.filter(name=WAKE).values_list("value", flat=True).first()
+
+
+def timer_pump_claim(*, until_ms: int) -> str | None:
+    """Take a free pump slot until `until_ms` (None: every slot is taken). At most
+    `HOST_TIMER_PUMPS` sweeps wait for timers at once, so a steady stream of timers never
+    fills every worker process with waiting sweeps (beat sends one each tick)."""
+    now = clock.now_ms()
+    for n in range(settings.HOST_TIMER_PUMPS):
+        name = f"{PUMP}:{n}"
+        free = Mark.objects.filter(name=name).filter(Q(value__isnull=True) | Q(value__lt=now))
+        claimed = free.update(value=until_ms)
+        if not claimed and not Mark.objects.filter(name=name).exists():
+            Mark.objects.bulk_create([Mark(name=name, value=None)], ignore_conflicts=True)
+            claimed = free.update(value=until_ms)
+        if claimed:
+            return name
+    return None
+
+
+def timer_pump_release(*, name: str, until_ms: int) -> None:
+    Mark.objects.filter(name=name, value=until_ms).update(value=None)
