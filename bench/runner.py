@@ -655,9 +655,12 @@ class Bench:
             raise BenchError("bench_timers is not installed in the runner")
         probe.drain(LATENESS_CHANNEL)
         planned = [(f"{tag}{i}", first_due + int(i * 1000 / rate)) for i in range(count)]
+        arming = time.perf_counter()
         for chunk_start in range(0, count, 64):
             chunk = planned[chunk_start : chunk_start + 64]
             ctx.transact(lambda c, chunk=chunk: arm(c, keys_and_due=chunk))
+        arming = time.perf_counter() - arming
+        self.say(f"  armed {count:,} timers in {arming:.1f} s ({count / arming:,.0f}/s)")
         armed_late = now_ms() - first_due
         if armed_late > 0:
             self.state.notes.append(f"lateness @ {stored}: arming ended {armed_late} ms late")
@@ -671,7 +674,8 @@ class Bench:
         late = [item["committed"] - item["due"] for item in items]
         figures = summary(late)
         self.state.lateness[stored] = {**figures, "rate": rate, "armed": count}
-        details = {"rate_per_s": rate, "armed": count, "fired": len(items), **figures}
+        details = {"rate_per_s": rate, "armed": count, "armed_in_s": round(arming, 2),
+                   "fired": len(items), **figures}  # fmt: skip
         self.add(Line(*p50_row, value=figures["p50"], unit="ms", kind="below", goal=20.0,
                       note=f"{rate:.0f} timers/s (half max)", details=details))  # fmt: skip
         self.add(Line(*p99_row, value=figures["p99"], unit="ms", kind="below", goal=250.0,

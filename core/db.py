@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout)
@@ -42,3 +44,17 @@ def is_transient(exc: BaseException) -> bool:
             for marker in ("database is locked", "connection", "server closed", "terminating")
         )
     return False
+
+
+def drop_column_indexes(schema_editor: Any, table: str, column: str) -> None:
+    """Drop the plain indexes on `column` alone (a migration step: the index a `ForeignKey`
+    makes by default, and its `_like` twin on PostgreSQL), leaving unique, primary-key and
+    multi-column indexes alone. Unlike `AlterField`, it does not drop and re-validate the
+    foreign key, which on a big table scans every row under an exclusive lock."""
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+    for name, info in constraints.items():
+        plain = info["index"] and not (info["unique"] or info["primary_key"])
+        if plain and info["columns"] == [column]:
+            schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")

@@ -102,7 +102,11 @@ class RosterSyncLock(models.Model):
 class ExtensionRecord(models.Model):
     """One record of a collection: the encoded (validated) JSON and its size in bytes."""
 
-    extension = models.ForeignKey(RosterEntry, on_delete=models.CASCADE, related_name="records")
+    # no index of its own: `record_key_unique` leads with it (a second index on `extension`
+    # alone made the planner, with stale statistics, scan an extension's records per put)
+    extension = models.ForeignKey(
+        RosterEntry, on_delete=models.CASCADE, related_name="records", db_index=False
+    )
     collection = models.CharField(max_length=64)
     key = models.CharField(max_length=256)
     # NULL, not "": no index (the partial index below covers indexed records only)

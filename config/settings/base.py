@@ -350,8 +350,6 @@ HOST_SWEEP_BUDGET_SECONDS = env_int("HOST_SWEEP_BUDGET_SECONDS", 5, minimum=1)
 # A timer sweep that fired timers waits for the next one when it falls due within this many
 # milliseconds (within its budget) instead of handing over to a new wake task (0: never).
 HOST_TIMER_PUMP_MS = env_int("HOST_TIMER_PUMP_MS", 250, minimum=0)
-# At most this many timer sweeps wait for timers at once (the others fire what is due and end).
-HOST_TIMER_PUMPS = env_int("HOST_TIMER_PUMPS", 1, minimum=1)
 # Settled runs per `on_settled` batch.
 HOST_SETTLED_BATCH = env_int("HOST_SETTLED_BATCH", 64, minimum=1)
 # A job instant older than this when the sweep sees it counts as missed (not run late).

@@ -22,7 +22,11 @@ class Timer(models.Model):
     `fire_at` is when the sweep next offers it: `due_at`, or later after a `Retry`.
     """
 
-    extension = models.ForeignKey(RosterEntry, on_delete=models.CASCADE, related_name="timers")
+    # no index of its own: `timer_key_unique` leads with it (a second index on `extension` alone
+    # made the planner, with stale statistics, scan an extension's timers per `set`)
+    extension = models.ForeignKey(
+        RosterEntry, on_delete=models.CASCADE, related_name="timers", db_index=False
+    )
     key = models.CharField(max_length=256)
     due_at = models.BigIntegerField()
     fire_at = models.BigIntegerField()

@@ -52,9 +52,10 @@ def _delivering(task: Task, deliver: Callable[[], bool], again: Callable[[], obj
 
 
 @shared_task(acks_late=True, ignore_result=True, **SWEEP_LIMITS)
-def fire_timers(wake_at: int | None = None) -> None:
-    """Fire due timers (beat every tick, and the precise wake's `eta` task with `wake_at`)."""
-    if timers.timers_fire_due(wake_at=wake_at):
+def fire_timers(wake_at: int | None = None, help_until: int | None = None) -> None:
+    """Fire due timers (beat every tick, the precise wake's `eta` task with `wake_at`, and a
+    helper with `help_until` when timers fall behind)."""
+    if timers.timers_fire_due(wake_at=wake_at, help_until=help_until):
         _again(fire_timers.delay)
 
 

@@ -9,13 +9,16 @@ import pytest
 
 from extensions_host.background.models import Timer
 from extensions_host.background.services.timers import (
+    HELP_LATE_MS,
     PAGE,
     timers_fire_due,
     timers_fire_page,
 )
 from extensions_host.background.services.wake import (
-    timer_pump_claim,
-    timer_pump_release,
+    HELP,
+    PUMP,
+    lease_claim,
+    lease_release,
     timer_wake_mark,
 )
 from extensions_host.models import ExtensionStatus, RosterEntry
@@ -378,15 +381,14 @@ def test_a_timer_that_fell_due_while_a_page_ran_fires_without_a_gathering_wait(
     assert fake_clock.now_ms() == now + 100
 
 
-def test_only_a_sweep_holding_a_pump_slot_waits_for_the_next_timer(install, fake_clock, settings):
+def test_only_the_sweep_holding_the_pump_lease_waits_for_the_next_timer(
+    install, fake_clock, settings
+):
     settings.HOST_TIMER_PUMP_MS = 200
-    settings.HOST_TIMER_PUMPS = 1
     install(make_ext("alpha", on_timer=record_timer))
     now = fake_clock.now_ms()
     set_timers("alpha", t0=now, t1=now + 100, t2=now + 200)
-    busy = timer_pump_claim(until_ms=now + 60_000)  # another sweep is pumping
-    assert busy is not None
-    assert timer_pump_claim(until_ms=now + 60_000) is None  # HOST_TIMER_PUMPS = 1
+    assert lease_claim(PUMP, until_ms=now + 60_000)  # another sweep is pumping
 
     timers_fire_due(budget_s=30)
 
@@ -395,21 +397,47 @@ def test_only_a_sweep_holding_a_pump_slot_waits_for_the_next_timer(install, fake
     assert fake_clock.now_ms() == now
     assert timer_wake_mark() == now + 100
 
-    timer_pump_release(name=busy, until_ms=now + 60_000)
+    lease_release(PUMP, until_ms=now + 60_000)
     fake_clock.advance(ms=100)
     timers_fire_due(budget_s=30)
 
-    assert set(effects("alpha")) == {"t0", "t1", "t2"}  # the slot was free: it pumped
-    assert timer_pump_claim(until_ms=now + 60_000) == busy  # and released it when it ended
+    assert set(effects("alpha")) == {"t0", "t1", "t2"}  # the lease was free: it pumped
+    assert lease_claim(PUMP, until_ms=now + 60_000)  # and gave it back when it ended
 
 
-def test_a_pump_slot_whose_lease_ran_out_is_taken_again(install, fake_clock, settings):
-    settings.HOST_TIMER_PUMPS = 1
+def test_a_lease_that_ran_out_is_taken_again(db, fake_clock):
     now = fake_clock.now_ms()
-    assert timer_pump_claim(until_ms=now + 1000) is not None  # its sweep died holding it
-    assert timer_pump_claim(until_ms=now + 60_000) is None
+    assert lease_claim(PUMP, until_ms=now + 1000)  # its sweep died holding it
+    assert not lease_claim(PUMP, until_ms=now + 60_000)
     fake_clock.advance(ms=1001)
-    assert timer_pump_claim(until_ms=now + 60_000) is not None
+    assert lease_claim(PUMP, until_ms=now + 60_000)
+
+
+def test_timers_falling_behind_send_one_helper_sweep(
+    install, fake_clock, sent, django_capture_on_commit_callbacks
+):
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+
+    def sweep(**options: Any) -> list[int]:
+        with django_capture_on_commit_callbacks(execute=True):
+            timers_fire_due(budget_s=30, **options)
+        return [k["help_until"] for _, k in sent.of("fire_timers") if "help_until" in k]
+
+    set_timers("alpha", on_time=now)
+    assert sweep() == []  # on time: no help
+
+    set_timers("alpha", late1=now - HELP_LATE_MS - 1)
+    (help_until,) = sweep()
+    set_timers("alpha", late2=now - HELP_LATE_MS - 1)
+    assert sweep() == [help_until]  # the helper holds the `timer_help` lease: no second one
+    assert not lease_claim(HELP, until_ms=help_until)
+
+    set_timers("alpha", late3=now - HELP_LATE_MS - 1)
+    assert sweep(help_until=help_until) == [help_until]  # the helper sends no other
+
+    assert set(effects("alpha")) == {"on_time", "late1", "late2", "late3"}
+    assert lease_claim(HELP, until_ms=help_until)  # it gave the lease back when it ended
 
 
 def test_without_the_pump_a_sweep_fires_only_what_is_due(install, fake_clock, settings):

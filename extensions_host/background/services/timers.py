@@ -31,9 +31,12 @@ from extensions_host import registry
 from extensions_host.background.models import Timer
 from extensions_host.background.services.common import eligible_ids, page_with_retries
 from extensions_host.background.services.wake import (
+    HELP,
+    PUMP,
+    lease_claim,
+    lease_release,
+    timer_help_request,
     timer_next_fire_at,
-    timer_pump_claim,
-    timer_pump_release,
     timer_wake_clear,
     timer_wake_next,
     timer_wake_request,
@@ -58,7 +61,8 @@ if TYPE_CHECKING:
 
 PAGE = 64
 PUMP_GATHER_MS = 5  # the pump's shortest wait: a few timers per page instead of one each
-PUMP_LEASE_MARGIN_MS = 60_000  # a pump slot outlives its sweep's budget by the task's limit
+LEASE_MARGIN_MS = 60_000  # a pump or helper lease outlives its sweep's budget by the task's limit
+HELP_LATE_MS = 10  # a page whose oldest timer is later than this asks for a helper sweep
 BIGINT_MAX = 2**63 - 1
 MSG_INSTANT_INVALID = "A timer instant must be a non-negative integer (epoch milliseconds)"
 
@@ -190,46 +194,60 @@ class PageResult:
     stopped: int = 0
     skipped: int = 0
     stopped_ids: set[str] = field(default_factory=set)
+    late_ms: int = 0  # how late the oldest claimed timer was when the page claimed it
 
     @property
     def progressed(self) -> int:
         return self.fired + self.retried + self.stopped
 
 
-def timers_fire_due(*, wake_at: int | None = None, budget_s: float | None = None) -> bool:
+def timers_fire_due(
+    *, wake_at: int | None = None, budget_s: float | None = None, help_until: int | None = None
+) -> bool:
     """Fire due timers page after page for up to `budget_s` seconds. Returns True when more
     are due (the task re-enqueues itself); when none are, claims the next precise wake.
 
-    A sweep that holds a pump slot (`HOST_TIMER_PUMPS`) and fired timers waits for the next
-    one when it falls due within `HOST_TIMER_PUMP_MS` (while its budget lasts): under a steady
-    stream of timers the pumps keep firing them as they fall due, instead of a chain of wake
-    tasks each paying the broker's round trip. A sweep without a slot fires what is due and
-    ends."""
+    The pump: one sweep at a time (the `timer_pump` lease) that fired timers waits for the
+    next one when it falls due within `HOST_TIMER_PUMP_MS` (while its budget lasts), so under a
+    steady stream it fires them as they fall due instead of a chain of wake tasks each paying
+    the broker's round trip. Other sweeps fire what is due and end, so a light stream never
+    holds more than one worker process waiting. A sweep that finds timers more than
+    `HELP_LATE_MS` late sends one helper sweep (the `timer_help` lease; `help_until` is the
+    helper's own), which pumps too for its budget: a stream faster than one process fires
+    with two."""
     if wake_at is not None:
         timer_wake_clear(instant=wake_at)
     budget = settings.HOST_SWEEP_BUDGET_SECONDS if budget_s is None else budget_s
     ends = time.monotonic() + budget
-    pump, lease = None, clock.now_ms() + int(budget * 1000) + PUMP_LEASE_MARGIN_MS
+    lease = clock.now_ms() + int(budget * 1000) + LEASE_MARGIN_MS
+    pump = help_until is not None  # a helper waits like the pump, for its budget
     try:
         while True:
             ids = eligible_ids("timers")
             result = timers_fire_page(ids=ids)
+            if result.late_ms > HELP_LATE_MS:  # a no-op while a helper holds the lease
+                timer_help_request(until_ms=lease)
             more = result.claimed == PAGE and result.progressed > 0
             if more and time.monotonic() >= ends:
                 return True
             if more:
                 continue
-            wait = _next_wait(ends, ids) if result.fired else None
+            # the pump goes on after an empty page too (a helper may have taken the due ones)
+            wait = _next_wait(ends, ids) if result.fired or pump else None
             if wait is None:
                 break
-            if wait:  # only a pump waits
-                pump = pump or timer_pump_claim(until_ms=lease)
-                if pump is None:
+            if not result.claimed:
+                wait = max(wait, PUMP_GATHER_MS)  # what is due is held by another sweep
+            if wait:  # only the pump waits
+                pump = pump or lease_claim(PUMP, until_ms=lease)
+                if not pump:
                     break
                 clock.sleep(wait)
     finally:
-        if pump is not None:
-            timer_pump_release(name=pump, until_ms=lease)
+        if help_until is not None:
+            lease_release(HELP, until_ms=help_until)
+        elif pump:
+            lease_release(PUMP, until_ms=lease)
     timer_wake_next()
     return False
 
@@ -265,12 +283,12 @@ def timers_fire_page(*, limit: int = PAGE, ids: list[str] | None = None) -> Page
 def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
     now = clock.now_ms()
     claimed = _claim(ids, now, limit)
-    result = PageResult(claimed=len(claimed))
-    page.lock(extension_id for _, extension_id, *_ in claimed)
+    result = PageResult(claimed=len(claimed), late_ms=now - claimed[0][5] if claimed else 0)
+    page.lock(row[1] for row in claimed)
     delete_ids: list[int] = []
     touched: set[tuple[str, str]] = set()  # keys an earlier frame of this page set or cancelled
     previous = None  # the extension of the frame before: a run of one extension's frames
-    for timer_id, extension_id, key, due_at, attempt in claimed:
+    for timer_id, extension_id, key, due_at, attempt, _ in claimed:
         if extension_id in page.stopped:
             result.skipped += 1
             continue
@@ -310,13 +328,13 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
     return result
 
 
-def _claim(ids: list[str], now: int, limit: int) -> list[tuple[int, str, str, int, int]]:
+def _claim(ids: list[str], now: int, limit: int) -> list[tuple[int, str, str, int, int, int]]:
     """Due timers of these extensions, oldest first, locked `FOR UPDATE SKIP LOCKED` (a plain
     statement: every page of the pump starts with it)."""
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, extension_id, key, due_at, retry_attempt FROM {_table()} "  # noqa: S608
+            f"SELECT id, extension_id, key, due_at, retry_attempt, fire_at FROM {_table()} "  # noqa: S608
             f"WHERE fire_at <= %s AND extension_id IN ({', '.join(['%s'] * len(ids))}) "
             f"ORDER BY fire_at, id LIMIT %s{lock}",
             [now, *ids, limit],

@@ -23,7 +23,8 @@ from extensions_host.background.models import Mark, Timer
 from extensions_host.background.services.common import eligible_ids, enqueue
 
 WAKE = "timer_wake"
-PUMP = "timer_pump"  # the pump slots: `timer_pump:0` … (HOST_TIMER_PUMPS), each a lease expiry
+PUMP = "timer_pump"  # the lease of the one sweep that waits for timers to fall due
+HELP = "timer_help"  # the lease of the one helper sweep sent when timers fall behind
 # a wake instant this far in the past that was never cleared: its task was lost
 LOST_WAKE_MS = 10_000
 
@@ -96,22 +97,30 @@ def timer_wake_mark() -> int | None:
     return Mark.objects.filter(name=WAKE).values_list("value", flat=True).first()
 
 
-def timer_pump_claim(*, until_ms: int) -> str | None:
-    """Take a free pump slot until `until_ms` (None: every slot is taken). At most
-    `HOST_TIMER_PUMPS` sweeps wait for timers at once, so a steady stream of timers never
-    fills every worker process with waiting sweeps (beat sends one each tick)."""
-    now = clock.now_ms()
-    for n in range(settings.HOST_TIMER_PUMPS):
-        name = f"{PUMP}:{n}"
-        free = Mark.objects.filter(name=name).filter(Q(value__isnull=True) | Q(value__lt=now))
+def lease_claim(name: str, *, until_ms: int) -> bool:
+    """Take the named lease until `until_ms` if it is free or ran out (compare-and-set on one
+    `Mark` row): the timer pump (`timer_pump`) and its helper (`timer_help`)."""
+    free = Mark.objects.filter(name=name).filter(
+        Q(value__isnull=True) | Q(value__lt=clock.now_ms())
+    )
+    claimed = free.update(value=until_ms)
+    if not claimed and not Mark.objects.filter(name=name).exists():
+        Mark.objects.bulk_create([Mark(name=name, value=None)], ignore_conflicts=True)
         claimed = free.update(value=until_ms)
-        if not claimed and not Mark.objects.filter(name=name).exists():
-            Mark.objects.bulk_create([Mark(name=name, value=None)], ignore_conflicts=True)
-            claimed = free.update(value=until_ms)
-        if claimed:
-            return name
-    return None
+    return bool(claimed)
 
 
-def timer_pump_release(*, name: str, until_ms: int) -> None:
+def lease_release(name: str, *, until_ms: int) -> None:
+    """Give the lease back (only if it is still the one taken until `until_ms`)."""
     Mark.objects.filter(name=name, value=until_ms).update(value=None)
+
+
+def timer_help_request(*, until_ms: int) -> bool:
+    """The timers fall behind: send one helper sweep, unless one is already on its way or
+    running (the `timer_help` lease, which the helper gives back when it ends)."""
+    if not lease_claim(HELP, until_ms=until_ms):
+        return False
+    from extensions_host.background import tasks
+
+    enqueue(lambda: tasks.fire_timers.delay(help_until=until_ms))
+    return True
