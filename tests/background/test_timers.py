@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from extensions_host.background.models import Timer
 from extensions_host.background.services.timers import (
@@ -438,6 +440,22 @@ def test_timers_falling_behind_send_one_helper_sweep(
 
     assert set(effects("alpha")) == {"on_time", "late1", "late2", "late3"}
     assert lease_claim(HELP, until_ms=help_until)  # it gave the lease back when it ended
+
+
+def test_a_pump_reads_the_eligible_extensions_once_a_second_not_per_page(
+    install, fake_clock, settings
+):
+    settings.HOST_TIMER_PUMP_MS = 200
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", t0=now, t1=now + 100, t2=now + 200)
+
+    with CaptureQueriesContext(connection) as queries:
+        timers_fire_due(budget_s=30)
+
+    assert set(effects("alpha")) == {"t0", "t1", "t2"}  # three pages
+    eligibility = [q for q in queries if "SELECT id, revision, admitted_grants" in q["sql"]]
+    assert len(eligibility) == 1
 
 
 def test_without_the_pump_a_sweep_fires_only_what_is_due(install, fake_clock, settings):

@@ -19,7 +19,7 @@ import pytest
 
 from config.celery import app as celery_app
 from extensions_host import registry
-from extensions_host.runtime import forget_activations
+from extensions_host.runtime import forget_activations, run_frame
 from extensions_host.services.roster import roster_sync
 from tests.background.conftest import claimed_runs
 from tests.integration.conftest import (
@@ -104,3 +104,16 @@ def ready(processes: Any, count: int) -> None:
         return sum("ready." in text for text in logs) >= count
 
     wait_until(up, timeout=45, interval=0.2)
+
+
+def set_timers(extension_id: str, timers: dict[str, int]) -> None:
+    """Set these timers (key → due instant) in one frame of the extension."""
+
+    def body(ctx: Any) -> None:
+        for key, due in timers.items():
+            ctx.timers.set(key, due)
+
+    outcome = run_frame(
+        extension_id=extension_id, hook="test", call=body, failures="return", boundary="worker"
+    )
+    assert outcome.ok, outcome

@@ -36,12 +36,11 @@ from extensions_host.background import tasks
 from extensions_host.background.models import SettledCursor, Timer
 from extensions_host.background.services.settled import core_cursor
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
-from extensions_host.runtime import run_frame
 from tests.conftest import SERVICE_TOKEN
 from tests.security.live import gunicorn
 
 from . import exts
-from .conftest import claimed_runs, ready, wait_until
+from .conftest import claimed_runs, ready, set_timers, wait_until
 from .exts import Effect
 
 pytestmark = [
@@ -238,17 +237,6 @@ def _json(response: httpx.Response) -> Any:
 def effects(extension_id: str) -> dict[str, Effect]:
     rows = ExtensionRecord.objects.filter(extension_id=extension_id, collection="effect")
     return {row.key: Effect.model_validate_json(row.value) for row in rows}
-
-
-def set_timers(extension_id: str, timers: dict[str, int]) -> None:
-    def body(ctx: Any) -> None:
-        for key, due in timers.items():
-            ctx.timers.set(key, due)
-
-    outcome = run_frame(
-        extension_id=extension_id, hook="test", call=body, failures="return", boundary="worker"
-    )
-    assert outcome.ok, outcome
 
 
 def fresh_connection() -> None:

@@ -20,9 +20,8 @@ from extensions_host.background.models import SettledCursor, Timer, WorkerState
 from extensions_host.background.services.common import enqueue
 from extensions_host.background.services.settled import core_cursor
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
-from extensions_host.runtime import run_frame
 
-from .conftest import claimed_runs, ready, wait_until
+from .conftest import claimed_runs, ready, set_timers, wait_until
 from .exts import (
     DEADLINE_S,
     FAULTY_ID,
@@ -49,17 +48,6 @@ def effects(extension_id: str) -> dict[str, Effect]:
 
 def roster(extension_id: str) -> RosterEntry:
     return RosterEntry.objects.get(pk=extension_id)
-
-
-def set_timers(extension_id: str, timers: dict[str, int]) -> None:
-    def body(ctx: Any) -> None:
-        for key, due in timers.items():
-            ctx.timers.set(key, due)
-
-    outcome = run_frame(
-        extension_id=extension_id, hook="test", call=body, failures="return", boundary="worker"
-    )
-    assert outcome.ok, outcome
 
 
 def worker_env(files: Files, cache_url: str | None = None, **extra: str) -> dict[str, str]:

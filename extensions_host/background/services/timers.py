@@ -63,6 +63,7 @@ PAGE = 64
 PUMP_GATHER_MS = 5  # the pump's shortest wait: a few timers per page instead of one each
 LEASE_MARGIN_MS = 60_000  # a pump or helper lease outlives its sweep's budget by the task's limit
 HELP_LATE_MS = 10  # a page whose oldest timer is later than this asks for a helper sweep
+REFRESH_S = 1.0  # a sweep re-reads the eligible extensions, and may ask for help, this often
 BIGINT_MAX = 2**63 - 1
 MSG_INSTANT_INVALID = "A timer instant must be a non-negative integer (epoch milliseconds)"
 
@@ -221,19 +222,24 @@ def timers_fire_due(
     ends = time.monotonic() + budget
     lease = clock.now_ms() + int(budget * 1000) + LEASE_MARGIN_MS
     pump = help_until is not None  # a helper waits like the pump, for its budget
+    ids, ids_at, help_at = [], -math.inf, -math.inf
+    fired = False  # a sweep that fired nothing never waits (beat's tick with nothing due)
     try:
         while True:
-            ids = eligible_ids("timers")
+            if time.monotonic() - ids_at >= REFRESH_S:  # a resumed extension joins within 1 s
+                ids, ids_at = eligible_ids("timers"), time.monotonic()
             result = timers_fire_page(ids=ids)
-            if result.late_ms > HELP_LATE_MS:  # a no-op while a helper holds the lease
-                timer_help_request(until_ms=lease)
+            fired = fired or result.fired > 0
+            if result.late_ms > HELP_LATE_MS and time.monotonic() - help_at >= REFRESH_S:
+                timer_help_request(until_ms=lease)  # a no-op while a helper holds the lease
+                help_at = time.monotonic()
             more = result.claimed == PAGE and result.progressed > 0
             if more and time.monotonic() >= ends:
                 return True
-            if more:
-                continue
+            if more or (result.fired and result.late_ms > 0):
+                continue  # behind the stream: more are due already, no need to ask when
             # the pump goes on after an empty page too (a helper may have taken the due ones)
-            wait = _next_wait(ends, ids) if result.fired or pump else None
+            wait = _next_wait(ends, ids) if fired or pump else None
             if wait is None:
                 break
             if not result.claimed:
@@ -248,7 +254,7 @@ def timers_fire_due(
             lease_release(HELP, until_ms=help_until)
         elif pump:
             lease_release(PUMP, until_ms=lease)
-    timer_wake_next()
+    timer_wake_next(ids=ids)
     return False
 
 

@@ -79,9 +79,10 @@ def timer_wake_clear(*, instant: int) -> None:
     Mark.objects.filter(name=WAKE, value=instant).update(value=None)
 
 
-def timer_wake_next() -> bool:
-    """After a sweep: claim the wake for the next earliest timer."""
-    next_at = timer_next_fire_at()
+def timer_wake_next(*, ids: list[str] | None = None) -> bool:
+    """After a sweep: claim the wake for the next earliest timer (of `ids`, the extensions
+    whose timers may fire, when the sweep read them)."""
+    next_at = timer_next_fire_at(ids=ids)
     return next_at is not None and timer_wake_request(at_ms=next_at)
 
 
