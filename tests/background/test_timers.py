@@ -458,6 +458,18 @@ def test_a_pump_reads_the_eligible_extensions_once_a_second_not_per_page(
     assert len(eligibility) == 1
 
 
+def test_a_sweep_behind_the_stream_ends_at_its_budget_and_asks_to_run_again(
+    install, fake_clock, settings
+):
+    install(make_ext("alpha", on_timer=record_timer))
+    now = fake_clock.now_ms()
+    set_timers("alpha", late=now - 50, next=now + 1000)
+
+    assert timers_fire_due(budget_s=0) is True  # the task re-enqueues itself
+
+    assert set(effects("alpha")) == {"late"}
+
+
 def test_without_the_pump_a_sweep_fires_only_what_is_due(install, fake_clock, settings):
     settings.HOST_TIMER_PUMP_MS = 0
     install(make_ext("alpha", on_timer=record_timer))

@@ -233,11 +233,15 @@ def timers_fire_due(
             if result.late_ms > HELP_LATE_MS and time.monotonic() - help_at >= REFRESH_S:
                 timer_help_request(until_ms=lease)  # a no-op while a helper holds the lease
                 help_at = time.monotonic()
-            more = result.claimed == PAGE and result.progressed > 0
-            if more and time.monotonic() >= ends:
+            # a full page, or one that fired late timers: more are due already (no need to ask
+            # when the next one is)
+            behind = (result.claimed == PAGE and result.progressed > 0) or (
+                result.fired > 0 and result.late_ms > 0
+            )
+            if behind and time.monotonic() >= ends:
                 return True
-            if more or (result.fired and result.late_ms > 0):
-                continue  # behind the stream: more are due already, no need to ask when
+            if behind:
+                continue
             # the pump goes on after an empty page too (a helper may have taken the due ones)
             wait = _next_wait(ends, ids) if fired or pump else None
             if wait is None:
