@@ -56,15 +56,7 @@ def timer_wake_request(*, at_ms: int) -> bool:
     if at_ms - now > horizon_ms():
         return False  # far timers rely on the beat sweep
     target = max(at_ms, now)
-    claimable = Mark.objects.filter(name=WAKE).filter(
-        Q(value__isnull=True) | Q(value__gt=target) | Q(value__lt=now - LOST_WAKE_MS)
-    )
-    claimed = claimable.update(value=target)
-    if not claimed and not Mark.objects.filter(name=WAKE).exists():
-        # first use (or a flushed database): create the slot, then claim it
-        Mark.objects.bulk_create([Mark(name=WAKE, value=None)], ignore_conflicts=True)
-        claimed = claimable.update(value=target)
-    if not claimed:
+    if not _mark_set(WAKE, target, when=Q(value__gt=target) | Q(value__lt=now - LOST_WAKE_MS)):
         return False
     from extensions_host.background import tasks
 
@@ -101,13 +93,17 @@ def timer_wake_mark() -> int | None:
 def lease_claim(name: str, *, until_ms: int) -> bool:
     """Take the named lease until `until_ms` if it is free or ran out (compare-and-set on one
     `Mark` row): the timer pump (`timer_pump`) and its helper (`timer_help`)."""
-    free = Mark.objects.filter(name=name).filter(
-        Q(value__isnull=True) | Q(value__lt=clock.now_ms())
-    )
-    claimed = free.update(value=until_ms)
+    return _mark_set(name, until_ms, when=Q(value__lt=clock.now_ms()))
+
+
+def _mark_set(name: str, value: int, *, when: Q) -> bool:
+    """Compare-and-set of one `Mark` row: set `value` if the row is empty or matches `when`.
+    The row is created on first use (or after a flushed database)."""
+    claimable = Mark.objects.filter(name=name).filter(Q(value__isnull=True) | when)
+    claimed = claimable.update(value=value)
     if not claimed and not Mark.objects.filter(name=name).exists():
         Mark.objects.bulk_create([Mark(name=name, value=None)], ignore_conflicts=True)
-        claimed = free.update(value=until_ms)
+        claimed = claimable.update(value=value)
     return bool(claimed)
 
 
