@@ -61,6 +61,13 @@ BIG_QUOTAS = {"max_records": 10**9, "max_bytes": 10**13, "max_timers": 10**9}
 LOADGEN_CONCURRENCY = 4  # 2 gunicorn workers × 2: both stay busy, the queue stays short
 API_ROUNDS = 3  # the bare view and the command alternate, BENCH_SECONDS / 3 each per round
 CONSUMER_IDS = [f"bench_c{i:02d}" for i in range(10)]
+# the baselines, each a `bench/pgbench` script run by 2 clients
+PGBENCH_SCRIPTS = {
+    "pgbench_update": "update.sql",
+    "pgbench_insert": "insert.sql",
+    "pgbench_claim": "claim.sql",
+    "pgbench_insert_locked": "insert_locked.sql",
+}
 PROFILE_CALLS, PROFILE_SECONDS = 300, 5.0  # per profiled API case
 
 
@@ -250,11 +257,7 @@ class Bench:
                 return
             seconds = self.config.seconds
             pg.pgbench_prepare(self.target, queue_rows=int(max(200_000, 15_000 * seconds)))
-            for name, script in (
-                ("pgbench_update", "update.sql"),
-                ("pgbench_insert", "insert.sql"),
-                ("pgbench_claim", "claim.sql"),
-            ):
+            for name, script in PGBENCH_SCRIPTS.items():
                 result = pg.pgbench_run(self.target, script=script, clients=2, seconds=seconds)
                 self.state.baselines[name] = result
                 self.say(f"  {name}: {result['tps']:,.0f} tps")
@@ -271,8 +274,9 @@ class Bench:
         seconds before (the first-phase figure is kept in the report too)."""
         if pg.pgbench_path() is None or name not in self.state.baselines:
             return self.tps(name)
-        script = {"pgbench_update": "update.sql", "pgbench_insert": "insert.sql"}[name]
-        result = pg.pgbench_run(self.target, script=script, clients=2, seconds=self.config.seconds)
+        result = pg.pgbench_run(
+            self.target, script=PGBENCH_SCRIPTS[name], clients=2, seconds=self.config.seconds
+        )
         self.state.baselines.setdefault("adjacent", {})[f"{name} before {row}"] = result
         self.say(f"  {name} (adjacent): {result['tps']:,.0f} tps")
         return float(result["tps"])
@@ -494,6 +498,7 @@ class Bench:
             context_file = self.work / "emit-context.json"
             context_file.write_text(json.dumps(emit_world_prepare(world_id="benchworld")))
             insert = self.adjacent_tps("pgbench_insert", row[0])
+            locked = self.adjacent_tps("pgbench_insert_locked", row[0])
             start, seconds = self.start_at(), str(self.config.seconds)
             results, span = self.two_workers(
                 [
@@ -516,6 +521,17 @@ class Bench:
                     kind="ratio",
                     goal=0.5,
                     details={"emitted": emitted, "rejected": rejected, "seconds": span},
+                )
+            )
+            self.add(
+                Line(
+                    row[0],
+                    "same, beside the INSERT under a row lock held through its commit",
+                    value=emitted / span,
+                    unit="/s",
+                    baseline="pgbench locked INSERT",
+                    baseline_value=locked,
+                    baseline_unit="tps",
                 )
             )
 

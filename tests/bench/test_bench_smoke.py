@@ -131,3 +131,10 @@ def test_quick_mode_shortens_each_row_and_the_stored_volume():
     assert runner.Config.from_env({"BENCH_SECONDS": "7"}).seconds == 7.0
     with pytest.raises(SystemExit):
         runner.Config.from_env({"BENCH_SECONDS": "0"})
+
+
+def test_every_baseline_names_a_pgbench_script_that_exists():
+    from bench import pg
+
+    for name, script in runner.PGBENCH_SCRIPTS.items():
+        assert (pg.SCRIPTS / script).is_file(), name
