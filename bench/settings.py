@@ -13,7 +13,7 @@ import environ
 
 from bench.extensions import extension_paths
 from config.settings.base import *  # noqa: F403
-from config.settings.base import INSTALLED_APPS, REST_FRAMEWORK, postgresql_tuned
+from config.settings.base import INSTALLED_APPS, REST_FRAMEWORK
 
 BENCH_DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/hyphae_bench"
@@ -22,7 +22,9 @@ BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/7")
 # the service token the load generator sends (a bench-only value on a throwaway database)
 BENCH_SERVICE_TOKEN = "bench-service-token"  # noqa: S105
 
-DATABASES = {"default": postgresql_tuned(environ.Env.db_url_config(BENCH_DATABASE_URL))}
+DATABASES = {"default": environ.Env.db_url_config(BENCH_DATABASE_URL)}
+DATABASES["default"]["CONN_MAX_AGE"] = 60
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 
 CACHES = {"default": environ.Env.cache_url_config(BENCH_REDIS_URL)}

@@ -5,9 +5,8 @@ the equivalent ORM queries took several times longer than running them, and ever
 between the world lock and the commit is one that the world's other emitters wait for. So the
 world lock, the decision read of `emit`/`clear` and the writes of a world mutation are built
 once per process from the models' own table and column names and executed with bound
-parameters (on PostgreSQL bound by the server and prepared once per connection:
-`core.db.prepared_cursor`); identifiers come only from model metadata, never from input.
-Everything else uses the ORM.
+parameters; identifiers come only from model metadata, never from input. Everything else uses
+the ORM.
 
 Two vendor branches, each covered by the test suite on both vendors: on PostgreSQL the lock and
 the read share one round trip (`lock_and_read_for_call`) and the writes are one statement
@@ -29,7 +28,6 @@ from django.utils import timezone
 
 from artifacts.models import Event, Operation, Record, World
 from conversations.models import Conversation
-from core.db import pipelined, prepared_cursor
 
 
 def _q(name: str) -> str:
@@ -134,6 +132,18 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+@functools.cache
+def _one_round_trip(vendor: str, cursor_class: type) -> bool:
+    """Whether this cursor runs several statements in one `execute`, each on its own snapshot:
+    psycopg's client-side binding cursor (Django's default on PostgreSQL; not with the
+    `server_side_binding` option), which sends them as one simple query."""
+    if vendor != "postgresql":
+        return False
+    from psycopg import ClientCursor
+
+    return issubclass(cursor_class, ClientCursor)
+
+
 def lock_and_read_for_call(
     *,
     world_id: str,
@@ -147,11 +157,10 @@ def lock_and_read_for_call(
     in one statement: (False, None) when the world has no row, (True, None) when it has no
     such operation.
 
-    On PostgreSQL both statements go in one round trip (`core.db.pipelined`), each prepared
-    once per connection (`core.db.prepared_cursor`). That is safe because in READ COMMITTED
-    each statement takes its own snapshot when it starts, and the read starts only once the
-    lock is granted: it sees every commit the lock waited for. The round trip and the planning
-    saved are time the world's other emitters no longer wait for.
+    On PostgreSQL both statements go in one round trip. That is safe because in READ COMMITTED
+    each statement of a multi-statement query takes its own snapshot when it starts, and the
+    read starts only once the lock is granted: it sees every commit the lock waited for. That
+    round trip saved is one the world's other emitters no longer wait for.
 
     Every subquery is one probe of an index (`artifact_record_tool_call`,
     `artifact_event_tool_call`, `artifact_record_attempt_idx`, `artifact_record_output_idx`
@@ -172,12 +181,17 @@ def lock_and_read_for_call(
         world_id,
         operation_id,
     ]
-    with prepared_cursor(db) as lock, prepared_cursor(db) as read:
-        with pipelined(db):
-            lock.execute(_lock_sql(vendor), [world_id])
-            read.execute(_call_read_sql(vendor), params)
-        locked = lock.fetchone() is not None
-        row = read.fetchone() if locked else None
+    with db.cursor() as cursor:
+        if _one_round_trip(vendor, type(cursor.cursor)):
+            cursor.execute(f"{_lock_sql(vendor)};{_call_read_sql(vendor)}", [world_id, *params])
+            locked = cursor.fetchone() is not None
+            cursor.nextset()
+        else:
+            cursor.execute(_lock_sql(vendor), [world_id])
+            locked = cursor.fetchone() is not None
+            if locked:
+                cursor.execute(_call_read_sql(vendor), params)
+        row = cursor.fetchone() if locked else None
     if row is None:
         return locked, None
     values = list(row[: len(_OPERATION_FIELDS)])
@@ -312,7 +326,7 @@ def rows_write(*, record: Record | None, events: Sequence[Event], touch: str | N
     )
     pages = [events[start : start + size] for start in range(0, len(events), size)]
     pk, touched = None, False
-    with prepared_cursor(db) as cursor:
+    with db.cursor() as cursor:
         if db.vendor == "postgresql":
             first = pages.pop(0) if pages else []
             params = [] if record is None else _insert(Record).values(record, db)

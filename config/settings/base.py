@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -108,21 +107,6 @@ TEMPLATES = [
 ]
 
 # --- Database ----------------------------------------------------------------------------------
-
-
-def postgresql_tuned(database: dict[str, Any]) -> dict[str, Any]:
-    """Persistent connections with health checks, and prepared statements for the hot paths'
-    own SQL (`core.db.prepared_cursor`; the ORM's statements are never prepared). Behind a
-    pooler in transaction mode that cannot keep prepared statements (PgBouncer before 1.21),
-    set DATABASE_PREPARED_STATEMENTS=false."""
-    database.setdefault("CONN_MAX_AGE", env_int("CONN_MAX_AGE", 60))
-    database["CONN_HEALTH_CHECKS"] = True
-    if env_bool("DATABASE_PREPARED_STATEMENTS", True):
-        # psycopg prepares a statement on its 5th run on a connection (its default)
-        database.setdefault("OPTIONS", {}).setdefault("prepare_threshold", 5)
-    return database
-
-
 # Embedded default: SQLite in WAL mode with a busy timeout, IMMEDIATE transactions so writers
 # queue on the lock instead of failing on upgrade.
 
@@ -140,7 +124,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 else:
-    DATABASES["default"] = postgresql_tuned(DATABASES["default"])
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("CONN_MAX_AGE", 60))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 ATOMIC_REQUESTS = False  # transactions belong to services
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
