@@ -27,7 +27,7 @@ from django.db.models import Field, Model
 from django.utils import timezone
 
 from artifacts.models import Event, Operation, Record, World
-from conversations.models import Conversation
+from conversations.services.common import touch_sql
 
 
 def _q(name: str) -> str:
@@ -262,14 +262,6 @@ def _insert(model: type[Model]) -> _Insert:
     )
 
 
-def _touch_sql() -> str:
-    version = _column(Conversation, "version")
-    return (
-        f"UPDATE {_q(Conversation._meta.db_table)} SET {version} = {version} + 1 "  # noqa: S608
-        f"WHERE {_column(Conversation, 'id')} = %s"
-    )
-
-
 def _rows_sql(insert: _Insert, rows: int) -> str:
     row = "(" + ", ".join(["%s"] * len(insert.attnames)) + ")"
     values = ", ".join([row] * rows)
@@ -293,7 +285,7 @@ def _write_sql(record: bool, events: int, touch: bool) -> str:
     if events:
         parts.append(f"e AS ({_insert_sql(Event, events, False)})")
     if touch:
-        parts.append(f"c AS ({_touch_sql()} RETURNING 1)")
+        parts.append(f"c AS ({touch_sql()} RETURNING 1)")
     answer_pk = f"(SELECT {_column(Record, 'id')} FROM r)" if record else "NULL"  # noqa: S608
     answer_touched = "(SELECT count(*) FROM c)" if touch else "0"
     return f"WITH {', '.join(parts)} SELECT {answer_pk}, {answer_touched}"
@@ -343,7 +335,7 @@ def rows_write(*, record: Record | None, events: Sequence[Event], touch: str | N
             rows = [value for event in page for value in ev.values(event, db)]
             cursor.execute(_insert_sql(Event, len(page), False), rows)
         if touch is not None and db.vendor != "postgresql":
-            cursor.execute(_touch_sql(), [touch])
+            cursor.execute(touch_sql(), [touch])
             touched = cursor.rowcount > 0
     if record is not None:
         record.pk = pk

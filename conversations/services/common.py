@@ -81,6 +81,23 @@ def conversation_id_valid(value: object) -> bool:
     return isinstance(value, str) and CONVERSATION_ID.match(value) is not None
 
 
+def touch_sql(*, stamp_activity: bool = False) -> str:
+    """The statement of `conversation_touch`: its parameters are the activity instant (with
+    `stamp_activity`) and the conversation id. A service that bumps the version inside a
+    statement of its own (the artifact emit's write) uses it too, and tells the watchers
+    after its commit as `conversation_touch` does."""
+    quote = connection.ops.quote_name
+    table = quote(Conversation._meta.db_table)
+    version = quote(Conversation._meta.get_field("version").column)
+    stamp = ""
+    if stamp_activity:
+        stamp = f", {quote(Conversation._meta.get_field('last_activity_at').column)} = %s"
+    return (
+        f"UPDATE {table} SET {version} = {version} + 1{stamp} "  # noqa: S608 (model names)
+        f"WHERE {quote(Conversation._meta.pk.column)} = %s"
+    )
+
+
 def conversation_touch(*, conversation_id: str, changed: str, stamp_activity: bool = False) -> int:
     """Bump the conversation's version (watchers compare versions); returns rows updated.
 
@@ -91,16 +108,11 @@ def conversation_touch(*, conversation_id: str, changed: str, stamp_activity: bo
     """
     if changed not in CHANGES:
         raise ValueError(f"unknown change kind {changed!r}")
-    table = connection.ops.quote_name(Conversation._meta.db_table)
-    stamp, params = "", [conversation_id]
+    params = [conversation_id]
     if stamp_activity:
-        stamp = ", last_activity_at = %s"
         params.insert(0, connection.ops.adapt_datetimefield_value(clock.now()))
     with connection.cursor() as cursor:  # a plain statement: admissions and settlements run it
-        cursor.execute(
-            f"UPDATE {table} SET version = version + 1{stamp} WHERE id = %s",  # noqa: S608
-            params,
-        )
+        cursor.execute(touch_sql(stamp_activity=stamp_activity), params)
         updated = cursor.rowcount
     if updated:
         transaction.on_commit(
