@@ -21,8 +21,8 @@ from artifacts.models import (
 from artifacts.selectors import followup_summary
 from artifacts.services.operations import (
     check_message,
+    lock_checked_operation,
     lock_operation,
-    same_context,
 )
 from artifacts.services.world import WorldMutation, invariant
 from artifacts.types import (
@@ -67,14 +67,9 @@ def followup_begin(*, context: OperationContext) -> FollowupSummary:
     """`begin_followup`: a committed, unsuperseded operation starts its follow-up requests."""
     context.check()
     with transaction.atomic(durable=True):
-        mutation = WorldMutation.lock(context.world_id)
-        operation = (
-            None if mutation is None else Operation.objects.filter(pk=context.operation_id).first()
+        mutation, operation = lock_checked_operation(
+            context, missing=MSG_FOLLOWUP_MISSING, mismatch=MSG_FOLLOWUP_MISMATCH
         )
-        if mutation is None or operation is None:
-            raise invariant(MSG_FOLLOWUP_MISSING, operation_id=context.operation_id)
-        if not same_context(operation, context):
-            raise invariant(MSG_FOLLOWUP_MISMATCH, operation_id=context.operation_id)
         if (
             operation.status == OperationStatus.CORE_COMMITTED
             and operation.projection_status == ProjectionStatus.ACTIVE

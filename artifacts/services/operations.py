@@ -75,9 +75,21 @@ def _world_of(operation_id: str) -> str | None:
     return Operation.objects.filter(pk=operation_id).values_list("world_id", flat=True).first()
 
 
-def _locked_operation(mutation: WorldMutation, operation_id: str) -> Operation | None:
-    operation = Operation.objects.filter(pk=operation_id).first()
-    return None if operation is None else mutation.adopt(operation)
+def lock_checked_operation(
+    context: OperationContext, *, missing: str, mismatch: str
+) -> tuple[WorldMutation, Operation]:
+    """Lock the world of the caller's operation, then read the operation under that lock: the
+    invariant error `missing` when either is gone, `mismatch` when the operation under that id
+    is not the caller's (the checks every call naming its operation starts with)."""
+    mutation = WorldMutation.lock(context.world_id)
+    operation = (
+        None if mutation is None else Operation.objects.filter(pk=context.operation_id).first()
+    )
+    if mutation is None or operation is None:
+        raise invariant(missing, operation_id=context.operation_id)
+    if not same_context(operation, context):
+        raise invariant(mismatch, operation_id=context.operation_id)
+    return mutation, operation
 
 
 def lock_operation(operation_id: str) -> tuple[WorldMutation, Operation] | None:
@@ -217,14 +229,9 @@ def request_attempt_begin(*, context: RequestContext) -> AttemptResult:
     context.check()
     request_id, attempt = context.request_id, context.request_attempt
     with transaction.atomic(durable=True):
-        mutation = WorldMutation.lock(context.world_id)
-        operation = (
-            None if mutation is None else Operation.objects.filter(pk=context.operation_id).first()
+        mutation, operation = lock_checked_operation(
+            context.operation, missing=MSG_ATTEMPT_MISSING, mismatch=MSG_ATTEMPT_MISMATCH
         )
-        if mutation is None or operation is None:
-            raise invariant(MSG_ATTEMPT_MISSING, operation_id=context.operation_id)
-        if not same_context(operation, context.operation):
-            raise invariant(MSG_ATTEMPT_MISMATCH, operation_id=context.operation_id)
         current = operation.request_attempts.get(request_id)
         ignored = (
             operation.status in (OperationStatus.CORE_FAILED, OperationStatus.COMPLETED)
@@ -279,12 +286,10 @@ def operation_mark_core_committed(*, context: OperationContext, head: str) -> Op
     context.check()
     check_id(head, "head", MSG_ARGUMENT_INVALID)
     with transaction.atomic(durable=True):
-        mutation = WorldMutation.lock(context.world_id)
-        operation = None if mutation is None else _locked_operation(mutation, context.operation_id)
-        if mutation is None or operation is None:
-            raise invariant(MSG_COMMIT_MISSING, operation_id=context.operation_id)
-        if not same_context(operation, context):
-            raise invariant(MSG_BEGIN_MISMATCH, operation_id=context.operation_id)
+        mutation, operation = lock_checked_operation(
+            context, missing=MSG_COMMIT_MISSING, mismatch=MSG_BEGIN_MISMATCH
+        )
+        operation = mutation.adopt(operation)  # the reconcile below works on the world's view
         if operation.status == OperationStatus.COMPLETED:
             if operation.head != head:
                 raise invariant(MSG_COMMIT_COMPLETED_HEAD, operation_id=operation.pk)
@@ -322,14 +327,9 @@ def operation_mark_core_materialization_pending(
     check_id(head, "head", MSG_ARGUMENT_INVALID)
     check_message(message)
     with transaction.atomic(durable=True):
-        mutation = WorldMutation.lock(context.world_id)
-        operation = (
-            None if mutation is None else Operation.objects.filter(pk=context.operation_id).first()
+        mutation, operation = lock_checked_operation(
+            context, missing=MSG_PENDING_MISSING, mismatch=MSG_PENDING_MISMATCH
         )
-        if mutation is None or operation is None:
-            raise invariant(MSG_PENDING_MISSING, operation_id=context.operation_id)
-        if not same_context(operation, context):
-            raise invariant(MSG_PENDING_MISMATCH, operation_id=context.operation_id)
         if operation.status == OperationStatus.CORE_FAILED:
             raise invariant(MSG_PENDING_FAILED, operation_id=operation.pk)
         if operation.status in (OperationStatus.CORE_COMMITTED, OperationStatus.COMPLETED):
