@@ -3,8 +3,6 @@ check), operations, records and events. Staff inspect here; only the store's ser
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -16,22 +14,10 @@ from django.utils.html import format_html
 from artifacts import selectors
 from artifacts.models import Event, Operation, Record, World
 from artifacts.services import integrity_check
+from core.admin import ReadOnlyAdmin
 
 PROBLEMS_SHOWN = 20
 DEBUG_EVENTS_SHOWN = 200
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """View-only: rows change only through the store's services."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.action(description="Check integrity of the selected worlds")

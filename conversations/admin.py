@@ -18,17 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from conversations.models import Conversation, Entry, Run, Submission
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from core.admin import ReadOnlyAdmin
 
 
 def _changelist(model: type, label: str, conversation_id: str) -> str:

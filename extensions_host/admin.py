@@ -20,6 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from core.admin import ReadOnlyAdmin
 from core.errors import HostError
 from extensions_host.models import (
     DocumentDeclaration,
@@ -422,19 +423,8 @@ class RosterEntryAdmin(admin.ModelAdmin):
         return None
 
 
-class _ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(ExtensionRecord)
-class ExtensionRecordAdmin(_ReadOnly):
+class ExtensionRecordAdmin(ReadOnlyAdmin):
     list_display = ["extension_id", "collection", "key", "index", "size_bytes", "preview"]
     list_filter = ["extension", "collection"]
     search_fields = ["key", "index"]
@@ -446,7 +436,7 @@ class ExtensionRecordAdmin(_ReadOnly):
 
 
 @admin.register(ExtensionDocument)
-class ExtensionDocumentAdmin(_ReadOnly):
+class ExtensionDocumentAdmin(ReadOnlyAdmin):
     list_display = ["extension_id", "name", "conversation_id", "updated_at"]
     list_filter = ["extension", "name"]
     search_fields = ["conversation__id"]
@@ -454,5 +444,5 @@ class ExtensionDocumentAdmin(_ReadOnly):
 
 
 @admin.register(DocumentDeclaration)
-class DocumentDeclarationAdmin(_ReadOnly):
+class DocumentDeclarationAdmin(ReadOnlyAdmin):
     list_display = ["extension_id", "name", "max_bytes", "fork"]

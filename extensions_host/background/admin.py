@@ -3,13 +3,12 @@ workers, jobs (with a manual trigger). Read-only: the rows are the services'."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core import clock
+from core.admin import ReadOnlyAdmin
 from core.errors import HostError
 from extensions_host.background.models import (
     JobState,
@@ -20,17 +19,6 @@ from extensions_host.background.models import (
 )
 from extensions_host.background.services.jobs import job_trigger
 from extensions_host.background.services.settled import core_cursor
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 def _ms(value: int | None) -> str:

@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from core.admin import ReadOnlyAdmin
 from core.errors import HostError
 from core.models import AuditEntry
 from extensions_host.contributions.models import (
@@ -29,19 +30,8 @@ from extensions_host.contributions.services.stores import keyring, settings_edit
 from extensions_host.contributions.services.users import user_delete
 
 
-class _ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(ExtensionSecret)
-class ExtensionSecretAdmin(_ReadOnly):
+class ExtensionSecretAdmin(ReadOnlyAdmin):
     """Which secrets exist, and under which key; the value (and its ciphertext) never."""
 
     list_display = ["extension", "key", "value", "encryption", "updated_at"]
@@ -119,20 +109,20 @@ class ExtensionSettingsAdmin(admin.ModelAdmin):
 
 
 @admin.register(Notification)
-class NotificationAdmin(_ReadOnly):
+class NotificationAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "type", "user", "conversation_id", "job_id", "title"]
     list_filter = ["type"]
     search_fields = ["title", "user", "conversation_id", "job_id"]
 
 
 @admin.register(NotificationDelivery)
-class NotificationDeliveryAdmin(_ReadOnly):
+class NotificationDeliveryAdmin(ReadOnlyAdmin):
     list_display = ["notification", "extension_id", "notifier", "status", "attempts", "last_error"]
     list_filter = ["status", "extension_id"]
 
 
 @admin.register(NotifierHealth)
-class NotifierHealthAdmin(_ReadOnly):
+class NotifierHealthAdmin(ReadOnlyAdmin):
     list_display = [
         "extension_id",
         "notifier",
@@ -146,7 +136,7 @@ class NotifierHealthAdmin(_ReadOnly):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(_ReadOnly):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """The append-only audit log: staff actions, extension stops and auto-resumes."""
 
     list_display = ["at", "actor", "action", "target"]

@@ -4,8 +4,8 @@ results and notification events (read-mostly: these are written by extensions an
 from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest
 
+from core.admin import ReadOnlyAdmin
 from extensions_host.surfaces.models import (
     AmbientSurface,
     AttentionItem,
@@ -14,16 +14,8 @@ from extensions_host.surfaces.models import (
 )
 
 
-class _ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
 @admin.register(AttentionItem)
-class AttentionItemAdmin(_ReadOnly):
+class AttentionItemAdmin(ReadOnlyAdmin):
     list_display = ["item_id", "level", "title", "extension", "conversation", "expires_at_ms"]
     list_filter = ["level", "extension"]
     search_fields = ["item_id", "title", "conversation__id"]
@@ -31,7 +23,7 @@ class AttentionItemAdmin(_ReadOnly):
 
 
 @admin.register(AmbientSurface)
-class AmbientSurfaceAdmin(_ReadOnly):
+class AmbientSurfaceAdmin(ReadOnlyAdmin):
     list_display = ["key", "place", "extension", "conversation", "cleared", "updated_at_ms"]
     list_filter = ["place", "cleared", "extension"]
     search_fields = ["key", "conversation__id"]
@@ -39,7 +31,7 @@ class AmbientSurfaceAdmin(_ReadOnly):
 
 
 @admin.register(Interaction)
-class InteractionAdmin(_ReadOnly):
+class InteractionAdmin(ReadOnlyAdmin):
     list_display = ["call_id", "kind", "status", "extension", "conversation", "created_at_ms"]
     list_filter = ["status", "kind", "extension"]
     search_fields = ["call_id", "prompt", "conversation__id"]
@@ -47,7 +39,7 @@ class InteractionAdmin(_ReadOnly):
 
 
 @admin.register(ToolCallResult)
-class ToolCallResultAdmin(_ReadOnly):
+class ToolCallResultAdmin(ReadOnlyAdmin):
     list_display = ["tool_call_id", "run", "extension_id", "tool", "ok", "reason", "created_at"]
     list_filter = ["ok", "extension_id"]
     search_fields = ["tool_call_id", "reason"]

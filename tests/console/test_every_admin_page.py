@@ -50,6 +50,27 @@ def test_every_changelist_change_and_add_page_loads_with_data_present(console, h
     assert index.status_code == 200
 
 
+def test_read_only_admins_let_staff_view_rows_but_never_add_change_or_delete_them(console, host):
+    from core.admin import ReadOnlyAdmin
+
+    request = console.get(reverse("admin:index")).wsgi_request  # a superuser's request
+    read_only = {
+        model: model_admin
+        for model, model_admin in admin.site._registry.items()
+        if isinstance(model_admin, ReadOnlyAdmin)
+    }
+    assert len(read_only) >= 15
+    for model, model_admin in read_only.items():
+        row = model._default_manager.order_by("pk").first()
+        assert model_admin.has_view_permission(request, row), model
+        assert not model_admin.has_add_permission(request), model
+        assert not model_admin.has_change_permission(request, row), model
+        if type(model_admin).has_delete_permission is ReadOnlyAdmin.has_delete_permission:
+            assert not model_admin.has_delete_permission(request, row), model
+    # the one that says otherwise: deleting a conversation cascades, so superusers only
+    assert read_only[Conversation].has_delete_permission(request)
+
+
 def _extensions(n: int) -> None:
     RosterEntry.objects.bulk_create(
         RosterEntry(id=f"ext{i:03}", version="1", revision="r" * 64, admitted_grants=["state"])
