@@ -84,6 +84,23 @@ def api():
 
 
 @pytest.fixture
+def client_for(api, owner, member, staff):
+    """Persona → API client: the owner, another user, an admin, anonymous, the runtime."""
+
+    def make(persona: str, scope: str = "write"):
+        who = {
+            "owner": owner,
+            "other": member,
+            "admin": staff,
+            "anonymous": None,
+            "service": "service",
+        }[persona]
+        return api(who, scope=scope)
+
+    return make
+
+
+@pytest.fixture
 def install(db):
     """`install(ext, …)`: run with exactly these extensions loaded and sync the roster (a later
     call replaces the set, like a deploy); `sync=False` only loads them."""

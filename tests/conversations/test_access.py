@@ -67,21 +67,6 @@ def world(kit, owner):
     return build
 
 
-@pytest.fixture
-def client_for(api, owner, member, staff):
-    def make(persona: str, scope: str = "write"):
-        who = {
-            "owner": owner,
-            "other": member,
-            "admin": staff,
-            "anonymous": None,
-            "service": "service",
-        }[persona]
-        return api(who, scope=scope)
-
-    return make
-
-
 def fill(value, ids):
     if isinstance(value, str):
         for key, number in ids.items():

@@ -191,20 +191,3 @@ def build_world(installed, kit, owner, api) -> Callable[[str], World]:
         )
 
     return build
-
-
-@pytest.fixture
-def client_for(api, owner, member, staff):
-    """Persona → API client: the owner, another user, an admin, anonymous, the runtime."""
-
-    def make(persona: str, scope: str = "write"):
-        who = {
-            "owner": owner,
-            "other": member,
-            "admin": staff,
-            "anonymous": None,
-            "service": "service",
-        }[persona]
-        return api(who, scope=scope)
-
-    return make
