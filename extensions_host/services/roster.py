@@ -58,6 +58,24 @@ def settled_consumer_cursor_initialise(*, extension_id: str) -> None:
     settled_cursor_initialise(extension_id=extension_id)
 
 
+def extensions_running_with(grant: str) -> list[tuple[str, LoadedExtension]]:
+    """The loaded extensions whose contributions of a kind apply now, in load order: running,
+    at the revision the roster admitted, with `grant` (the kind's grant) admitted."""
+    rows = {
+        row.id: row
+        for row in RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).only(
+            "id", "revision", "admitted_grants"
+        )
+    }
+    return [
+        (extension_id, loaded)
+        for extension_id, loaded in registry.loaded().items()
+        if (row := rows.get(extension_id)) is not None
+        and row.revision == loaded.revision
+        and grant in row.admitted_grants
+    ]
+
+
 def roster_sync(*, extensions: dict[str, LoadedExtension] | None = None) -> SyncReport:
     """Bring the roster in line with the installed extensions (`manage.py sync_roster`).
 

@@ -315,3 +315,20 @@ def test_resume_reattempts_a_failed_migration_and_stays_stopped_if_it_fails_agai
     assert row.status == ExtensionStatus.STOPPED
     assert row.reason == "migration: state migration from version 1 failed: still broken"
     assert roster("m").state_version == 1
+
+
+def test_contributions_apply_only_for_running_extensions_at_their_revision_with_the_grant(
+    install,
+):
+    from extensions_host.models import RosterEntry
+    from extensions_host.services.roster import extensions_running_with
+
+    install(make_ext("alpha", grants={"notify"}), make_ext("beta", grants={"notify"}),
+            make_ext("gamma", grants={"notify"}), make_ext("delta", grants={"state"}))  # fmt: skip
+    running = lambda: [extension_id for extension_id, _ in extensions_running_with("notify")]  # noqa: E731
+    assert running() == ["alpha", "beta", "gamma"]  # in load order; delta lacks the grant
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+    RosterEntry.objects.filter(pk="beta").update(revision="0" * 64)  # a revision not loaded
+    assert running() == ["gamma"]
+    RosterEntry.objects.filter(pk="gamma").update(admitted_grants=[])
+    assert running() == []

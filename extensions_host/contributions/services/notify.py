@@ -40,6 +40,7 @@ from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import detached_context
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
 from extensions_host.sdk import NotificationEvent
+from extensions_host.services.roster import extensions_running_with
 
 logger = logging.getLogger("extensions_host.contributions.notify")
 
@@ -63,22 +64,11 @@ def notification_url(conversation_id: str | None) -> str:
 
 def notifiers_eligible() -> list[Eligible]:
     """Every notifier of an installed, running extension with `notify` admitted."""
-    rows = {
-        row.id: row
-        for row in RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).only(
-            "id", "revision", "admitted_grants"
-        )
-    }
-    result = []
-    for extension_id, loaded in registry.loaded().items():
-        row = rows.get(extension_id)
-        if row is None or row.revision != loaded.revision or "notify" not in row.admitted_grants:
-            continue
-        result.extend(
-            Eligible(extension_id, notifier.name)
-            for notifier in loaded.definition.contributions.notifiers
-        )
-    return result
+    return [
+        Eligible(extension_id, notifier.name)
+        for extension_id, loaded in extensions_running_with("notify")
+        for notifier in loaded.definition.contributions.notifiers
+    ]
 
 
 def notification_emit(

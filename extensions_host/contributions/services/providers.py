@@ -16,10 +16,10 @@ from django.conf import settings
 from pydantic import ValidationError
 
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import InvalidResult, run_frame
 from extensions_host.sdk import Provider, Readiness
+from extensions_host.services.roster import extensions_running_with
 
 MSG_READINESS_INVALID = "Provider readiness result is invalid"
 
@@ -32,20 +32,11 @@ class Contributed:
 
 def _contributed() -> list[Contributed]:
     """Providers of installed extensions that run with `providers` admitted, in load order."""
-    rows = {
-        row.id: row
-        for row in RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).only(
-            "id", "revision", "admitted_grants"
-        )
-    }
-    result = []
-    for extension_id, loaded in registry.loaded().items():
-        row = rows.get(extension_id)
-        if row is None or row.revision != loaded.revision or "providers" not in row.admitted_grants:
-            continue
-        contributed = loaded.definition.contributions.providers
-        result.extend(Contributed(extension_id, p) for p in contributed)
-    return result
+    return [
+        Contributed(extension_id, provider)
+        for extension_id, loaded in extensions_running_with("providers")
+        for provider in loaded.definition.contributions.providers
+    ]
 
 
 def providers_catalog() -> dict[str, Any]:

@@ -19,9 +19,9 @@ from core.auth import Principal
 from core.errors import HostError
 from extensions_host import registry
 from extensions_host.contributions.outside import deadline_for, extension_available, run_outside
-from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import InvalidResult, detached_context
 from extensions_host.sdk import Caller, SlashCommand, SlashInvocation
+from extensions_host.services.roster import extensions_running_with
 
 ARGS_MAX = 4096
 NOTICE_MAX = 2000
@@ -45,19 +45,11 @@ CORE_DESCRIPTIONS: dict[str, tuple[str, str]] = {
 
 def _eligible() -> list[tuple[str, SlashCommand]]:
     """Extension slash commands that can run now (running, revision, `commands` admitted)."""
-    rows = {
-        row.id: row
-        for row in RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).only(
-            "id", "revision", "admitted_grants"
-        )
-    }
-    result = []
-    for extension_id, loaded in registry.loaded().items():
-        row = rows.get(extension_id)
-        if row is None or row.revision != loaded.revision or "commands" not in row.admitted_grants:
-            continue
-        result.extend((extension_id, c) for c in loaded.definition.contributions.slash_commands)
-    return result
+    return [
+        (extension_id, command)
+        for extension_id, loaded in extensions_running_with("commands")
+        for command in loaded.definition.contributions.slash_commands
+    ]
 
 
 def slash_commands_list() -> list[dict[str, Any]]:
