@@ -202,28 +202,35 @@ def projection_read(*, world_id: str, channel: str | None = None) -> list[dict[s
             continue
         items.append(
             {
-                "record_id": record.record_id,
-                "world_id": record.world_id,
-                "operation_id": record.operation_id,
-                "preset_id": record.preset_id,
-                "preset_revision": record.preset_revision,
-                "preset_scripts_enabled": record.preset_scripts_enabled,
-                "request_id": record.request_id,
-                "request_attempt": record.request_attempt,
-                "output": record.output,
-                "channel": record.channel,
-                "key": record.key or None,
-                "content_type": record.content_type,
-                "renderer": record.renderer or None,
-                "renderer_revision": record.renderer_revision or None,
+                **_record_fields(record),
                 "payload": payloads[record.pk],
-                "strategy": record.strategy,
-                "save": record.save_mode,
-                "sequence": record.sequence,
                 "head": record.bound_head or record.parent_head,
             }
         )
     return items
+
+
+def _record_fields(record: Record) -> dict[str, Any]:
+    """What a projection item and a debug row both say of a record."""
+    return {
+        "record_id": record.record_id,
+        "world_id": record.world_id,
+        "operation_id": record.operation_id,
+        "preset_id": record.preset_id,
+        "preset_revision": record.preset_revision,
+        "preset_scripts_enabled": record.preset_scripts_enabled,
+        "request_id": record.request_id,
+        "request_attempt": record.request_attempt,
+        "output": record.output,
+        "channel": record.channel,
+        "key": record.key or None,
+        "content_type": record.content_type,
+        "renderer": record.renderer or None,
+        "renderer_revision": record.renderer_revision or None,
+        "strategy": record.strategy,
+        "save": record.save_mode,
+        "sequence": record.sequence,
+    }
 
 
 def debug_read(
@@ -244,25 +251,9 @@ def debug_read(
     for record in records:
         rows.append(
             {
-                "record_id": record.record_id,
-                "sequence": record.sequence,
-                "operation_id": record.operation_id,
-                "world_id": record.world_id,
-                "preset_id": record.preset_id,
-                "preset_revision": record.preset_revision,
-                "preset_scripts_enabled": record.preset_scripts_enabled,
+                **_record_fields(record),
                 "parent_head": record.parent_head,
                 "new_head": view.head(record),
-                "request_id": record.request_id,
-                "request_attempt": record.request_attempt,
-                "output": record.output,
-                "channel": record.channel,
-                "key": record.key or None,
-                "content_type": record.content_type,
-                "renderer": record.renderer or None,
-                "renderer_revision": record.renderer_revision or None,
-                "save": record.save_mode,
-                "strategy": record.strategy,
                 "invalidation": record.invalidation,
                 "tool_call_id": record.tool_call_id,
                 "payload_bytes": record.payload_bytes,
