@@ -50,3 +50,19 @@ def console(staff: Any) -> Client:
     client = Client()
     client.force_login(staff)
     return client
+
+
+@pytest.fixture
+def host(install: Any, owner: Any) -> Any:
+    """Two extensions installed (a keeper and a flaky one) and a row in every table."""
+    from .data import fill_host
+    from .exts import flaky, keeper
+
+    install(keeper(), flaky())
+    return fill_host(owner)
+
+
+def section(html: str, element_id: str) -> str:
+    """The part of a console page from the element with this id to the end of its block."""
+    start = html.index(f'id="{element_id}"')
+    return html[start : html.index("</div>", start)]

@@ -3,25 +3,11 @@ attention, ambient, interactions, and links to the inspector and the artifact de
 
 from __future__ import annotations
 
-import pytest
 from django.urls import reverse
 
-from .conftest import STOP_REASON
-from .data import fill_host
-from .exts import flaky, keeper
+from .conftest import STOP_REASON, section
 
 PAGE = reverse("admin:conversations_conversation_change", args=["c1"])
-
-
-@pytest.fixture
-def host(install, owner):
-    install(keeper(), flaky())
-    return fill_host(owner)
-
-
-def section(html: str, element_id: str) -> str:
-    start = html.index(f'id="{element_id}"')
-    return html[start : html.index("</div>", start)]
 
 
 def test_the_page_shows_the_newest_entries_submissions_and_runs(console, host):

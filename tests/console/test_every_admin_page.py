@@ -3,8 +3,6 @@ a fixed number of queries however many rows they show."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.contrib import admin
 from django.urls import reverse
@@ -12,17 +10,6 @@ from django.urls import reverse
 from conversations.models import Conversation
 from core import clock
 from extensions_host.models import RosterEntry
-
-from .data import fill_host
-from .exts import keeper
-
-
-@pytest.fixture
-def host(install, owner) -> Any:
-    from .exts import flaky
-
-    install(keeper(), flaky())
-    return fill_host(owner)
 
 
 def test_every_changelist_change_and_add_page_loads_with_data_present(console, host, staff):

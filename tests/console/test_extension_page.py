@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 from django.urls import reverse
 
 from core.models import AuditEntry
 from extensions_host.models import ExtensionStatus, RosterEntry
 
-from .conftest import STOP_REASON
-from .data import SECRET_VALUE, fill_host
+from .conftest import STOP_REASON, section
+from .data import SECRET_VALUE
 from .exts import flaky, keeper
 
 LIST = reverse("admin:extensions_host_rosterentry_changelist")
@@ -17,17 +16,6 @@ LIST = reverse("admin:extensions_host_rosterentry_changelist")
 
 def page_url(extension_id: str) -> str:
     return reverse("admin:extensions_host_rosterentry_change", args=[extension_id])
-
-
-@pytest.fixture
-def host(install, owner):
-    install(keeper(), flaky())
-    return fill_host(owner)
-
-
-def section(html: str, element_id: str) -> str:
-    start = html.index(f'id="{element_id}"')
-    return html[start : html.index("</div>", start)]
 
 
 def test_the_list_shows_badges_version_grants_lag_timers_and_usage(console, host):
