@@ -57,3 +57,16 @@ def request_context_from(data: dict[str, Any]) -> Any:
         max_artifact_bytes=data["max_artifact_bytes"],
         declarations=tuple(Declaration(**d) for d in data["declarations"]),
     )
+
+
+# An emit's own statements with no Python, run by pgbench beside the emits (context).
+EMIT_STATEMENTS_SCRIPT = "emit_statements.sql"
+
+
+def emit_statements_variables(data: dict[str, Any]) -> dict[str, str]:
+    """The bench world's ids as `emit_statements.sql` takes them (`pgbench -D`)."""
+    return {
+        "world": data["operation"]["world_id"],
+        "operation": data["operation"]["operation_id"],
+        "request": data["request_id"],
+    }

@@ -126,14 +126,22 @@ def pgbench_prepare(target: Target, *, queue_rows: int) -> None:
         conn.execute("VACUUM ANALYZE pgbench_accounts")
 
 
-def pgbench_run(target: Target, *, script: str, clients: int, seconds: float) -> dict[str, float]:
-    """Run one custom script; {tps, latency_ms}."""
+def pgbench_run(
+    target: Target,
+    *,
+    script: str,
+    clients: int,
+    seconds: float,
+    variables: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Run one custom script (`variables` are its `-D name=value`); {tps, latency_ms}."""
     binary = pgbench_path()
     if binary is None:
         raise FileNotFoundError("pgbench is not installed")
+    defines = [f"-D{name}={value}" for name, value in (variables or {}).items()]
     done = subprocess.run(
         [
-            binary, "-n", "-f", str(SCRIPTS / script),
+            binary, "-n", "-f", str(SCRIPTS / script), *defines,
             "-c", str(clients), "-j", str(clients), "-T", str(max(1, round(seconds))),
         ],
         env={**os.environ, **target.env()},

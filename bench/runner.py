@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import pg
+from bench.artifacts import EMIT_STATEMENTS_SCRIPT
 from bench.procs import PYTHON, ROOT, BenchError, Processes, run_json, run_many_json, wait_until
 from bench.report import (
     RESULTS_DIR,
@@ -493,10 +494,11 @@ class Bench:
             if missing:
                 self.add(unavailable(*row, missing))
                 return
-            from bench.artifacts import emit_world_prepare
+            from bench.artifacts import emit_statements_variables, emit_world_prepare
 
+            data = emit_world_prepare(world_id="benchworld")
             context_file = self.work / "emit-context.json"
-            context_file.write_text(json.dumps(emit_world_prepare(world_id="benchworld")))
+            context_file.write_text(json.dumps(data))
             insert = self.adjacent_tps("pgbench_insert", row[0])
             locked = self.adjacent_tps("pgbench_insert_locked", row[0])
             start, seconds = self.start_at(), str(self.config.seconds)
@@ -534,6 +536,32 @@ class Bench:
                     baseline_unit="tps",
                 )
             )
+            if pg.pgbench_path() is not None:
+                self.emit_statements_line(row[0], emitted / span, emit_statements_variables(data))
+
+    def emit_statements_line(self, row: str, emits: float, variables: dict[str, str]) -> None:
+        """Context, right after the emits: the same statements with no Python (pgbench, 2
+        clients, into the same world), so the report shows what the SQL alone reaches."""
+        own = pg.pgbench_run(
+            self.target,
+            script=EMIT_STATEMENTS_SCRIPT,
+            clients=2,
+            seconds=self.config.seconds,
+            variables=variables,
+        )
+        self.state.baselines.setdefault("adjacent", {})[f"emit statements after {row}"] = own
+        self.say(f"  the emit's statements (pgbench, no Python): {own['tps']:,.0f} tps")
+        self.add(
+            Line(
+                row,
+                "same, beside its own statements run by pgbench (no Python)",
+                value=emits,
+                unit="/s",
+                baseline="pgbench emit statements",
+                baseline_value=float(own["tps"]),
+                baseline_unit="tps",
+            )
+        )
 
     # --- 3/5. B-scale in this process ----------------------------------------------------
 

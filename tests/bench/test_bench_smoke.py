@@ -138,3 +138,4 @@ def test_every_baseline_names_a_pgbench_script_that_exists():
 
     for name, script in runner.PGBENCH_SCRIPTS.items():
         assert (pg.SCRIPTS / script).is_file(), name
+    assert (pg.SCRIPTS / runner.EMIT_STATEMENTS_SCRIPT).is_file()
