@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
@@ -9,6 +11,18 @@ from rest_framework.test import APIClient
 from core import auth, clock
 
 SERVICE_TOKEN = "test-service-token"
+
+
+def broker_url_from_env() -> str:
+    """The broker of the tests that start real Celery processes: `TEST_BROKER_URL`, else a
+    Redis `CELERY_BROKER_URL` from the environment (spec 08 names it; the test settings keep
+    this process on `memory://`), else "" (those tests use a temporary filesystem broker or
+    skip with their reason)."""
+    url = os.environ.get("TEST_BROKER_URL", "")
+    if url:
+        return url
+    celery = os.environ.get("CELERY_BROKER_URL", "")
+    return celery if celery.startswith(("redis://", "rediss://")) else ""
 
 
 def pytest_collection_modifyitems(config, items):

@@ -46,6 +46,7 @@ from extensions_host.background.services.settled import (
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import extension_stop, forget_activations, run_frame
 from extensions_host.services.roster import extension_resume, roster_sync
+from tests.conftest import broker_url_from_env
 from tests.integration.conftest import wait_until
 
 from . import worker_exts
@@ -272,8 +273,10 @@ def test_two_beats_at_once_fire_every_timer_and_job_once_per_due_instant(
 def test_precise_wakes_fire_timers_due_in_300_ms_within_a_second_at_p99(
     everywhere, processes, env, tmp_path
 ):
-    if not os.environ.get("TEST_BROKER_URL", "").startswith("redis"):
-        pytest.skip("precise wakes need a broker with eta delivery (set TEST_BROKER_URL=redis)")
+    if not broker_url_from_env().startswith("redis"):
+        pytest.skip(
+            "precise wakes need a broker with eta delivery (set TEST_BROKER_URL or CELERY_BROKER_URL=redis://…)"
+        )
     everywhere("tick00")
     processes.worker(concurrency=2, **env)
     processes.beat(tmp_path / "beat", CELERY_BEAT_INTERVAL_SECONDS="5", **env)

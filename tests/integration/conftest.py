@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import connection
 
 from config.celery import app as celery_app
+from tests.conftest import broker_url_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +59,7 @@ class Broker:
 
 @pytest.fixture
 def broker(tmp_path) -> Iterator[Broker]:
-    url = os.environ.get("TEST_BROKER_URL", "")
+    url = broker_url_from_env()
     if url:
         broker = Broker(
             url=url, transport_options={"visibility_timeout": 3600}, env={"CELERY_BROKER_URL": url}

@@ -22,6 +22,7 @@ from extensions_host import registry
 from extensions_host.runtime import forget_activations, run_frame
 from extensions_host.services.roster import roster_sync
 from tests.background.conftest import claimed_runs
+from tests.conftest import broker_url_from_env
 from tests.integration.conftest import (
     broker,
     processes,
@@ -79,8 +80,10 @@ def shared_cache_url() -> str:
 def shared_cache(settings: Any) -> str:
     """Point this process's cache at the Redis the worker processes use (crash counts live
     there); skipped with a visible reason when no Redis broker is configured."""
-    if not os.environ.get("TEST_BROKER_URL", "").startswith("redis"):
-        pytest.skip("needs TEST_BROKER_URL=redis://… (real workers sharing a Redis cache)")
+    if not broker_url_from_env().startswith("redis"):
+        pytest.skip(
+            "needs a Redis TEST_BROKER_URL or CELERY_BROKER_URL (real workers share its cache)"
+        )
     url = shared_cache_url()
     import redis
 
