@@ -212,3 +212,40 @@ def test_an_unknown_type_is_refused():
 
     with pytest.raises(HostError, match="Notification type must be"):
         notification_emit(type="run.exploded", user=None, title="x")
+
+
+def test_settling_a_run_notifies_its_conversation_owner_after_the_commit(
+    install, owner, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    from conversations.services.settle import run_settle
+    from tests.background.conftest import claimed_runs
+
+    received = []
+    install(make_notifier_ext(notify=lambda ctx, event: received.append(event)))
+    answered, unanswered = claimed_runs(owner, 2, "ns")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_settle(run_id=unanswered, status="unanswered", reason="the model gave up")
+    notification = Notification.objects.get()
+    assert (notification.type, notification.conversation_id) == ("run.settled", "ns00001")
+    assert notification.user == owner.username
+    assert notification.body == "unanswered: the model gave up"
+    [(delivery_id, _)] = enqueued
+    assert notification_deliver(delivery_id=delivery_id) == "delivered"
+    [event] = received
+    assert (event.type, event.user) == ("run.settled", owner.username)
+    assert event.url == "https://hyphae.example/inspect/ns00001"
+    assert answered  # the other run stays claimed: one notification per settlement
+
+
+def test_settling_records_no_notification_when_no_extension_has_a_notifier(
+    install, owner, enqueued, django_capture_on_commit_callbacks
+):
+    from conversations.services.settle import run_settle
+    from tests.background.conftest import claimed_runs
+
+    install()
+    [run_id] = claimed_runs(owner, 1, "nn")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_settle(run_id=run_id, status="unanswered", reason="nothing to say")
+    assert Notification.objects.count() == 0
+    assert enqueued == []
