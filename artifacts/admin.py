@@ -4,6 +4,7 @@ check), operations, records and events. Staff inspect here; only the store's ser
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
@@ -88,11 +89,28 @@ class OperationAdmin(ReadOnlyAdmin):
         "followup_status",
         "projection_status",
         "head",
+        "attempts",
         "updated_at",
     ]
     list_filter = ["status", "followup_status", "projection_status"]
     search_fields = ["id", "world__conversation__id"]
     ordering = ["-created_at"]
+
+    @admin.display(description="request attempts")
+    def attempts(self, operation: Operation) -> str:
+        """Each request's current attempt (`request_id=attempt`, by request id)."""
+        attempts = operation.request_attempts
+        return ", ".join(f"{request}={attempts[request]}" for request in sorted(attempts)) or "-"
+
+
+class RecordChangeList(ChangeList):
+    """The record list, with each listed record's effective status read for the whole page."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        statuses = selectors.record_statuses(self.result_list)
+        for record in self.result_list:
+            record.effective_status = statuses[record.pk]  # type: ignore[attr-defined]
 
 
 @admin.register(Record)
@@ -106,6 +124,7 @@ class RecordAdmin(ReadOnlyAdmin):
         "channel",
         "strategy",
         "save_mode",
+        "status",
         "activated",
         "superseded",
         "bound_head",
@@ -119,6 +138,18 @@ class RecordAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("payload")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
+        return RecordChangeList
+
+    @admin.display(description="status")
+    def status(self, record: Record) -> str:
+        """The effective status (`read_debug`'s): the raw columns alone miss what supersedes
+        a record after the fact (its operation superseded, a newer attempt) and clears."""
+        status = getattr(record, "effective_status", None)
+        if status is None:  # outside the list page
+            status = selectors.record_statuses([record])[record.pk]
+        return status
 
     @admin.display(description="payload (first 2000 characters)")
     def payload_preview(self, record: Record) -> str:

@@ -62,6 +62,25 @@ def call_fingerprint(
     )
 
 
+def emit_call_fingerprint(
+    context: Mapping[str, Any], request: Mapping[str, Any], *, output: str, payload_fingerprint: str
+) -> str:
+    """The call fingerprint of an `emit` (the one definition: emit and verify_artifacts)."""
+    return call_fingerprint(
+        "artifact_emit",
+        context,
+        request,
+        {"output": output, "payload_fingerprint": payload_fingerprint},
+    )
+
+
+def clear_call_fingerprint(
+    context: Mapping[str, Any], request: Mapping[str, Any], *, output: str
+) -> str:
+    """The call fingerprint of a `clear` (the one definition: clear and verify_artifacts)."""
+    return call_fingerprint("artifact_clear", context, request, {"output": output})
+
+
 def record_fingerprint(fields: Mapping[str, Any]) -> str:
     """sha256 of a record's immutable fields (`Record.fingerprint_fields`)."""
     return sha256(stable_json(dict(fields)))

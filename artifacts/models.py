@@ -289,6 +289,19 @@ class Record(models.Model):
         return f"{self.world_id} {self.record_id}"
 
     @property
+    def call_context(self) -> dict[str, Any]:
+        """The frozen operation context the record was emitted under (its call fingerprint
+        covers it)."""
+        return {
+            "world_id": self.world_id,
+            "parent_head": self.parent_head,
+            "operation_id": self.operation_id,
+            "preset_id": self.preset_id,
+            "preset_revision": self.preset_revision,
+            "preset_scripts_enabled": self.preset_scripts_enabled,
+        }
+
+    @property
     def fingerprint_fields(self) -> dict[str, Any]:
         """Every immutable field, as `record_fingerprint` covers them."""
         return {

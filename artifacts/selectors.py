@@ -145,6 +145,31 @@ def world_view(
     return WorldView(operations, loaded, clears)
 
 
+def record_statuses(records: Iterable[Record]) -> dict[int, str]:
+    """The effective status (`WorldView.status`) of records of any worlds, by pk: the admin's
+    record list. Two queries however many records and worlds: the clears after each world's
+    oldest listed record, and the operations of the records and of those clears."""
+    by_world: dict[str, list[Record]] = defaultdict(list)
+    for record in records:
+        by_world[record.world_id].append(record)
+    if not by_world:
+        return {}
+    after = Q()
+    for world_id, listed in by_world.items():
+        after |= Q(world_id=world_id, sequence__gt=min(r.sequence for r in listed))
+    clears: dict[str, list[Event]] = defaultdict(list)
+    for clear in Event.objects.filter(after, kind=EventKind.CLEAR).order_by("sequence"):
+        clears[clear.world_id].append(clear)
+    wanted = {r.operation_id for listed in by_world.values() for r in listed}
+    wanted |= {c.operation_id for listed in clears.values() for c in listed}
+    operations = {op.pk: op for op in Operation.objects.filter(pk__in=wanted)}
+    statuses: dict[int, str] = {}
+    for world_id, listed in by_world.items():
+        view = WorldView(operations, listed, clears[world_id])
+        statuses.update((record.pk, view.status(record)) for record in listed)
+    return statuses
+
+
 def _select(view: WorldView, active: list[Record]) -> list[Record]:
     """Every append/transient record, the latest replace per channel, the latest upsert per
     (channel, key); in sequence order."""

@@ -16,6 +16,8 @@ from typing import Any
 
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators as jsonschema_validators
+from referencing import Registry
+from referencing.exceptions import NoSuchResource
 
 from artifacts.models import (
     ID_MAX,
@@ -275,12 +277,55 @@ class RequestContext:
         )
 
 
+MSG_CONTRACT_REMOTE_REF = (
+    "Only local $ref (starting with #) are allowed: a payload contract never fetches schemas."
+)
+MSG_CONTRACT_TOO_DEEP = "Not a valid JSON Schema: nested too deeply."
+_REF_KEYWORDS = ("$ref", "$dynamicRef")
+# Keywords whose values are data, not subschemas: a "$ref" inside them is not a reference.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise NoSuchResource(ref=uri)
+
+
+# jsonschema's default registry retrieves any `$ref` URL over HTTP, without a timeout, while
+# the emit holds its world's lock: a contract could make the server fetch what it names. This
+# one resolves only within the contract (and the draft meta-schemas jsonschema adds).
+_LOCAL_ONLY: Registry[Any] = Registry(retrieve=_refuse_retrieval)
+
+
+def _has_remote_ref(schema: Any) -> bool:
+    """Whether a schema refers to anything but itself (a `$ref` not starting with "#").
+    Walked with a stack, not recursion: any nesting the JSON parser took is fine here."""
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in _REF_KEYWORDS and isinstance(value, str) and not value.startswith("#"):
+                    return True
+                if key not in _DATA_KEYWORDS:
+                    pending.append(value)
+    return False
+
+
+class _RemoteRefError(ValueError):
+    pass
+
+
 @functools.lru_cache(maxsize=256)
 def _contract_validator(contract_json: str) -> Any:
+    """A validator for a contract, checked once (cached: every call re-declares its contracts)."""
     schema = json.loads(contract_json)
+    if _has_remote_ref(schema):
+        raise _RemoteRefError(MSG_CONTRACT_REMOTE_REF)
     cls = jsonschema_validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(schema, registry=_LOCAL_ONLY)
 
 
 def _contract_key(contract: Mapping[str, Any]) -> str:
@@ -293,10 +338,14 @@ def contract_problem(contract: Any) -> str | None:
         return "Must be a JSON Schema object."
     try:
         _contract_validator(_contract_key(contract))
+    except _RemoteRefError:
+        return MSG_CONTRACT_REMOTE_REF
     except jsonschema_exceptions.SchemaError as exc:
         return f"Not a valid JSON Schema: {exc.message}"[:500]
     except (TypeError, ValueError) as exc:
         return f"Not a valid JSON Schema: {exc}"[:500]
+    except RecursionError:  # the meta-schema check recurses per level of the contract
+        return MSG_CONTRACT_TOO_DEEP
     return None
 
 

@@ -22,14 +22,12 @@ from rest_framework.views import APIView
 from conversations import selectors, services
 from conversations.models import Delivery, Outcome, Role, Run, Sharing
 from conversations.serializers import (
-    BIGINT_MAX,
     ConversationDetailSerializer,
     ConversationPagination,
     ConversationSerializer,
     EntryPagination,
     EntryPartSerializer,
     EntrySerializer,
-    ListQuerySerializer,
     RunDetailSerializer,
     RunSerializer,
     SteersSerializer,
@@ -40,11 +38,11 @@ from conversations.serializers import (
     SubmissionPartSerializer,
     SubmissionSerializer,
     conversation_id_pattern,
-    paginated,
 )
 from conversations.services.submissions import WHEN_BUSY
-from core.api_base import StrictSerializer
+from core.api_base import ListQuerySerializer, StrictSerializer, paginated
 from core.auth import Principal, principal_of
+from core.db import BIGINT_MAX
 from core.errors import MSG_UNAUTHENTICATED, HostError
 from core.permissions import AllowAnonymousReads, Authenticated, Runtime
 from core.schema import error_responses

@@ -24,12 +24,12 @@ from conversations.models import (
 from core import clock
 from core.access import Access, access_of
 from core.auth import Principal
+from core.db import BIGINT_MAX
 from core.errors import MSG_FORBIDDEN, HostError
 
 MSG_CONVERSATION_NOT_FOUND = "Conversation not found"
 MSG_RUN_NOT_FOUND = "Run not found"
 _CONVERSATION_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
-PG_BIGINT_MAX = 2**63 - 1
 SETTLED_BATCH_MAX = 1000
 
 
@@ -112,7 +112,7 @@ def conversations_list(
     qs = conversations_visible(principal=principal)
     if owner == "me":
         qs = qs.filter(owner_id=principal.user_id)
-    elif owner is not None and owner.isascii() and owner.isdigit() and int(owner) <= PG_BIGINT_MAX:
+    elif owner is not None and owner.isascii() and owner.isdigit() and int(owner) <= BIGINT_MAX:
         qs = qs.filter(owner_id=int(owner))
     elif owner is not None:
         qs = qs.filter(owner__username=owner)
@@ -128,7 +128,7 @@ def entries_of(*, conversation_id: str) -> QuerySet[Entry]:
 
 def run_get(*, principal: Principal, run_id: int) -> Run:
     """A run for the runtime (any run) or for a reader of its conversation (404 otherwise)."""
-    run = Run.objects.filter(pk=run_id).first() if 0 < run_id <= PG_BIGINT_MAX else None
+    run = Run.objects.filter(pk=run_id).first() if 0 < run_id <= BIGINT_MAX else None
     if run is None:
         raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
     if not principal.is_runtime:

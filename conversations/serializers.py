@@ -9,9 +9,6 @@ from django.core.validators import RegexValidator
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound
-from rest_framework.pagination import Cursor
-from rest_framework.request import Request
 
 from conversations.models import (
     Delivery,
@@ -23,10 +20,9 @@ from conversations.models import (
     SubmissionStatus,
 )
 from conversations.services.common import PART_TYPES_ENTRY, PART_TYPES_SUBMISSION
-from core.api_base import Pagination, StrictSerializer
-from core.errors import HostError
+from core.api_base import IdPagination, Pagination, StrictSerializer
+from core.db import BIGINT_MAX
 
-BIGINT_MAX = 2**63 - 1
 # The schema pattern (ECMA-compatible); the service re-checks with \A…\Z so a trailing newline
 # that `$` would let through is refused too.
 conversation_id_pattern = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", "Use 1-64 of A-Z a-z 0-9 _ -.")
@@ -249,46 +245,7 @@ class SteersSerializer(serializers.Serializer):
     submissions = SubmissionSerializer(many=True)
 
 
-def paginated(serializer: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
-    """The cursor page envelope around `serializer`, as its own schema component."""
-
-    @extend_schema_serializer(component_name=name)
-    class Page(serializers.Serializer):
-        next = serializers.URLField(allow_null=True)
-        previous = serializers.URLField(allow_null=True)
-        results = serializer(many=True)
-
-    return Page
-
-
-# ── cursor pagination that never turns a forged cursor into a 500 ───────────────────────────
-
-
-MSG_CURSOR = "Cursor is invalid"
-
-
-class _CheckedCursorPagination(Pagination):
-    def position_valid(self, position: str) -> bool:
-        raise NotImplementedError
-
-    def decode_cursor(self, request: Request) -> Cursor | None:
-        try:
-            cursor = super().decode_cursor(request)
-        except NotFound as exc:
-            raise HostError(
-                "contract", "invalid", MSG_CURSOR, details={"cursor": [MSG_CURSOR]}
-            ) from exc
-        if cursor is not None and cursor.position is not None:
-            try:
-                valid = self.position_valid(cursor.position)
-            except (ValueError, TypeError, OverflowError):
-                valid = False
-            if not valid:
-                raise HostError("contract", "invalid", MSG_CURSOR, details={"cursor": [MSG_CURSOR]})
-        return cursor
-
-
-class ConversationPagination(_CheckedCursorPagination):
+class ConversationPagination(Pagination):
     # matches conv_activity_idx (last_activity_at DESC, id ASC)
     ordering = ("-last_activity_at", "id")
 
@@ -296,14 +253,6 @@ class ConversationPagination(_CheckedCursorPagination):
         return "\x00" not in position and parse_datetime(position) is not None
 
 
-class EntryPagination(_CheckedCursorPagination):
+class EntryPagination(IdPagination):
     # entry_conv_idx (conversation, id): transcripts read oldest first
     ordering = ("id",)
-
-    def position_valid(self, position: str) -> bool:
-        return 0 <= int(position) <= BIGINT_MAX
-
-
-class ListQuerySerializer(serializers.Serializer):
-    cursor = serializers.CharField(required=False, help_text="Opaque cursor from `next`.")
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=100)

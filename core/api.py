@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import services
-from core.api_base import StrictSerializer
+from core.api_base import IdPagination, ListQuerySerializer, StrictSerializer, paginated
 from core.auth import principal_of
 from core.errors import MSG_FORBIDDEN, HostError
 from core.models import ApiToken, TokenScope
@@ -36,6 +36,13 @@ class TokenOutputSerializer(serializers.ModelSerializer):
         ]
 
 
+TokenPage = paginated(TokenOutputSerializer, "TokenPage")
+
+
+class TokenPagination(IdPagination):
+    ordering = "-id"  # newest first
+
+
 class TokenListCreateApi(APIView):
     permission_classes = [Authenticated]
 
@@ -52,15 +59,23 @@ class TokenListCreateApi(APIView):
         class Meta(TokenOutputSerializer.Meta):
             fields = [*TokenOutputSerializer.Meta.fields, "token"]
 
-    @extend_schema(responses={200: TokenOutputSerializer(many=True), **error_responses(401)})
+    @extend_schema(
+        operation_id="auth_tokens_list",
+        summary="The caller's API tokens, newest first",
+        parameters=[ListQuerySerializer],
+        responses={200: TokenPage, **error_responses(400, 401)},
+    )
     def get(self, request: Request) -> Response:
-        principal = principal_of(request)
-        tokens = ApiToken.objects.filter(user_id=principal.user_id)[:100]
-        return Response(TokenOutputSerializer(tokens, many=True).data)
+        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
+        tokens = ApiToken.objects.filter(user_id=principal_of(request).user_id)
+        paginator = TokenPagination()
+        page = paginator.paginate_queryset(tokens, request, view=self)
+        return paginator.get_paginated_response(TokenOutputSerializer(page, many=True).data)
 
     @extend_schema(
         request=InputSerializer,
-        responses={201: CreatedSerializer, **error_responses(400, 401, 403)},
+        responses={201: CreatedSerializer, **error_responses(400, 401, 403, 413, 415)},
     )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -80,7 +95,7 @@ class TokenListCreateApi(APIView):
 class TokenRevokeApi(APIView):
     permission_classes = [Authenticated]
 
-    @extend_schema(responses={204: None, **error_responses(401, 403, 404)})
+    @extend_schema(responses={204: None, **error_responses(401, 403, 404, 413)})
     def delete(self, request: Request, token_id: int) -> Response:
         services.token_revoke(principal=principal_of(request), token_id=token_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

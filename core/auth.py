@@ -18,10 +18,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import DEFAULT_DB_ALIAS
-from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from core import clock
 from core.models import ApiToken, TokenScope
 
 SERVICE_USERNAME = "hyphae-service"
@@ -165,7 +165,7 @@ class ApiTokenAuthentication(_Authentication):
             .filter(digest=token_digest(raw), revoked_at__isnull=True)
             .first()
         )
-        now = timezone.now()
+        now = clock.now()  # spec 02 §6: expiry is a due time on the one host clock
         if token is None or (token.expires_at is not None and token.expires_at <= now):
             raise exceptions.AuthenticationFailed()
         if not token.user.is_active:

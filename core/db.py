@@ -10,6 +10,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 # serialization_failure, deadlock_detected, lock_not_available (lock_timeout)
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
 QUERY_CANCELED = "57014"  # statement_timeout: the frame's deadline, not a transient error
+BIGINT_MAX = 2**63 - 1  # the largest PostgreSQL bigint (ids, sequences, millisecond instants)
 
 
 def sqlstate(exc: BaseException) -> str | None:

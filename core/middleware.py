@@ -5,8 +5,11 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Callable
+from typing import IO
 
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from core.errors import MSG_TOO_LARGE, HostError
@@ -74,14 +77,36 @@ class BodyLimitMiddleware:
                 )
             if length > limit:
                 return too_large_response()
-        elif "wsgi.input" in request.META and request.META.get("HTTP_TRANSFER_ENCODING"):
-            data = request.META["wsgi.input"].read(limit + 1)
-            if len(data) > limit:
-                return too_large_response()
-            request.META["wsgi.input"] = io.BytesIO(data)
-            request.META["CONTENT_LENGTH"] = str(len(data))
+        else:
+            source = _unsized_body(request)
+            if source is not None:
+                data = source.read(limit + 1)
+                if len(data) > limit:
+                    return too_large_response()
+                # what the request reads from now on: the body read here, with its length
+                # (without one, DRF would take the body as empty)
+                request._stream = io.BytesIO(data)  # type: ignore[attr-defined]
+                request.META["CONTENT_LENGTH"] = str(len(data))
+                if isinstance(request, WSGIRequest):
+                    request.META["wsgi.input"] = io.BytesIO(data)
         request.body_limit = limit  # type: ignore[attr-defined]
         return self.get_response(request)
+
+
+def _unsized_body(request: HttpRequest) -> IO[bytes] | None:
+    """The raw stream of a body sent without Content-Length (chunked), or None.
+
+    WSGI (gunicorn): the server's input stream, only when a Transfer-Encoding says a body
+    follows (the request's own stream is bounded by the missing length, i.e. empty). ASGI
+    (uvicorn): the request's stream, which Django's handler has already spooled whole.
+    """
+    if isinstance(request, WSGIRequest):
+        if request.META.get("HTTP_TRANSFER_ENCODING") and "wsgi.input" in request.META:
+            return request.META["wsgi.input"]
+        return None
+    if isinstance(request, ASGIRequest):
+        return request._stream  # type: ignore[attr-defined,no-any-return]
+    return None
 
 
 def json_error(error: HostError) -> JsonResponse:

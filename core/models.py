@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core import clock
+
 
 class TimestampedModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
@@ -68,7 +70,8 @@ class IdempotencyResult(models.Model):
     request_fingerprint = models.CharField(max_length=64)
     status = models.PositiveSmallIntegerField()
     body = models.JSONField(null=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # the host clock, which the prune compares with (spec 02 §6: one clock for due times)
+    created_at = models.DateTimeField(default=clock.now, db_index=True)
 
     class Meta:
         constraints = [

@@ -17,15 +17,28 @@ class DenyAll(permissions.BasePermission):
 
 
 class Authenticated(permissions.BasePermission):
-    """Any authenticated principal; a `read` token may only use safe methods."""
+    """Any authenticated principal; a `read` token may only use safe methods.
+
+    On a conversation-scoped endpoint (a `conversation_id` in the URL) a `read` token's write is
+    refused by `conversation_get(write=True)` instead, which the view calls first: a
+    conversation the principal cannot read answers 404 before that 403 (spec 01, access).
+    """
 
     def has_permission(self, request: Request, view: Any) -> bool:
         principal = principal_of(request)
         if not principal.is_authenticated:
             return False
-        if request.method not in permissions.SAFE_METHODS and not principal.can_write:
+        if (
+            request.method not in permissions.SAFE_METHODS
+            and not principal.can_write
+            and not _conversation_scoped(view)
+        ):
             raise HostError("auth", "forbidden", MSG_FORBIDDEN)
         return True
+
+
+def _conversation_scoped(view: Any) -> bool:
+    return "conversation_id" in (getattr(view, "kwargs", None) or {})
 
 
 class AllowAnonymousReads(permissions.BasePermission):

@@ -21,7 +21,7 @@ def token_create(
     *, user: Any, name: str, scope: str, expires_at: dt.datetime | None
 ) -> tuple[ApiToken, str]:
     """Create a token for `user`; returns the row and the raw token (shown once)."""
-    if expires_at is not None and expires_at <= timezone.now():
+    if expires_at is not None and expires_at <= clock.now():  # the host clock (spec 02 §6)
         raise HostError(
             "contract",
             "invalid",
@@ -72,12 +72,23 @@ def beat_age_seconds() -> float | None:
 
 
 IDEMPOTENCY_TTL = dt.timedelta(hours=24)
+IDEMPOTENCY_PRUNE_PAGE = 1000
 
 
-def idempotency_prune() -> int:
+def idempotency_prune(*, limit: int = IDEMPOTENCY_PRUNE_PAGE) -> tuple[int, bool]:
+    """Delete one page of stored idempotency results older than 24 hours (host clock), oldest
+    first. Returns (deleted, more may remain): the sweep re-enqueues itself while pages are
+    full, so a backlog drains without one unbounded DELETE."""
     cutoff = clock.now() - IDEMPOTENCY_TTL
-    deleted, _ = IdempotencyResult.objects.filter(created_at__lt=cutoff).delete()
-    return deleted
+    # served by the created_at index
+    page = list(
+        IdempotencyResult.objects.filter(created_at__lt=cutoff)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if page:
+        IdempotencyResult.objects.filter(pk__in=page).delete()
+    return len(page), len(page) == limit
 
 
 def lifecycle_record(*, kind: str, conversation_id: str = "", payload: dict) -> LifecycleEvent:

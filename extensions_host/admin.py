@@ -29,7 +29,13 @@ from extensions_host.models import (
     ExtensionStatus,
     RosterEntry,
 )
-from extensions_host.services.quotas import quota_limit, usage_totals
+from extensions_host.services.quotas import (
+    QUOTA_NAMES,
+    quota_limit,
+    quotas_parsed,
+    quotas_problems,
+    usage_totals,
+)
 from extensions_host.services.roster import (
     extension_admit_grants,
     extension_purge,
@@ -71,6 +77,11 @@ class RosterEntryForm(forms.ModelForm):
     class Meta:
         model = RosterEntry
         fields = ["admitted_grants", "auto_resume", "deadline_seconds", "quotas"]
+        help_texts = {
+            "quotas": "Overrides of the global quotas, as a JSON object of "
+            + ", ".join(QUOTA_NAMES)
+            + ' to non-negative integers, e.g. {"max_records": 1000}.'
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,6 +91,14 @@ class RosterEntryForm(forms.ModelForm):
             (grant, grant if grant in requested else f"{grant} (no longer requested)")
             for grant in sorted(requested | admitted)
         ]
+
+    def clean_quotas(self) -> dict[str, int]:
+        """Overrides by quota name, each a non-negative integer; empty means none."""
+        raw = self.cleaned_data.get("quotas")
+        problems = quotas_problems(raw)
+        if problems:
+            raise forms.ValidationError(problems)
+        return quotas_parsed(raw)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

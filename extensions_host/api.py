@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from conversations.selectors import conversation_get
 from core.api_base import Pagination, StrictSerializer
 from core.auth import principal_of
 from core.errors import MSG_UNAUTHENTICATED, HostError
@@ -57,6 +58,23 @@ class UsageSerializer(serializers.Serializer):
     max_bytes = serializers.IntegerField()
 
 
+class SettledSectionSerializer(serializers.Serializer):
+    cursor = serializers.IntegerField(
+        allow_null=True, help_text="The consumer's cursor (null before it is initialised)."
+    )
+    core_cursor = serializers.IntegerField(help_text="The highest committed settled sequence.")
+    lag = serializers.IntegerField(allow_null=True, help_text="core_cursor − cursor.")
+
+
+class TimersSectionSerializer(serializers.Serializer):
+    pending = serializers.IntegerField(help_text="Timers set, due or not.")
+    due = serializers.IntegerField(help_text="Timers due now (not fired yet).")
+    oldest_due_age_ms = serializers.IntegerField(
+        allow_null=True, help_text="How long the oldest due timer has been due."
+    )
+    max_timers = serializers.IntegerField(help_text="The extension's timer quota.")
+
+
 class ExtensionDetailSerializer(ExtensionSummarySerializer):
     fingerprint = serializers.CharField()
     stop_event_id = serializers.CharField(allow_blank=True)
@@ -69,6 +87,12 @@ class ExtensionDetailSerializer(ExtensionSummarySerializer):
     loaded_revision = serializers.CharField(allow_null=True)
     deadline_seconds = serializers.FloatField(allow_null=True)
     usage = UsageSerializer()
+    settled = SettledSectionSerializer(
+        allow_null=True, help_text="Settled-run delivery (null without the `settled` grant)."
+    )
+    timers = TimersSectionSerializer(
+        allow_null=True, help_text="Timers (null without the `timers` grant)."
+    )
 
     def to_representation(self, instance: Any) -> Any:
         data = super().to_representation(instance)
@@ -179,6 +203,10 @@ class ConversationExtensionCommandApi(APIView):
     def post(
         self, request: Request, conversation_id: str, extension_id: str, name: str
     ) -> Response:
+        # access first (spec 01: 404, then 403): parsing the body can fail (400, 415)
+        conversation_get(
+            principal=principal_of(request), conversation_id=conversation_id, write=True
+        )
         return _command_response(
             _call(request, extension_id, name, "conversation", conversation_id)
         )

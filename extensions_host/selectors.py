@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from core.errors import MSG_NOT_FOUND, HostError
 from extensions_host import registry
 from extensions_host.models import RosterEntry
+from extensions_host.sdk.definition import ID_RE
 from extensions_host.services.quotas import quota_limit, usage_totals
 
 # Extra sections of `GET /v1/extensions/{id}` contributed by other capabilities (settled
@@ -22,7 +23,15 @@ def roster_entries() -> QuerySet[RosterEntry]:
     return RosterEntry.objects.all()
 
 
+def extension_id_usable(extension_id: str) -> bool:
+    """Whether an extension could have this id (the SDK's format). Any other id (a NUL would be
+    a driver error on PostgreSQL, not an answer) is simply not found, without a query."""
+    return ID_RE.fullmatch(extension_id) is not None
+
+
 def roster_entry_get(*, extension_id: str) -> RosterEntry:
+    if not extension_id_usable(extension_id):
+        raise HostError("store", "not_found", MSG_NOT_FOUND)
     row = RosterEntry.objects.filter(pk=extension_id).first()
     if row is None:
         raise HostError("store", "not_found", MSG_NOT_FOUND)

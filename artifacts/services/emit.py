@@ -22,7 +22,8 @@ from django.db import transaction
 
 from artifacts.ephemeral import ephemeral_put
 from artifacts.fingerprints import (
-    call_fingerprint,
+    clear_call_fingerprint,
+    emit_call_fingerprint,
     payload_fingerprint,
     payload_text,
     record_fingerprint,
@@ -81,6 +82,13 @@ def reject_not_string(declaration: Declaration) -> str:
 
 def reject_nul(declaration: Declaration) -> str:
     return f"{declaration.name} {declaration.content_type} payload must not contain NUL characters"
+
+
+def reject_not_unicode(declaration: Declaration) -> str:
+    return (
+        f"{declaration.name} {declaration.content_type} payload must be valid Unicode"
+        " (no lone surrogates)"
+    )
 
 
 def reject_contract(declaration: Declaration, violation: str) -> str:
@@ -200,6 +208,31 @@ def _publish(mutation: WorldMutation, record: Record, operation: Operation, *, s
     # save=commit before the core commits: pending until mark_core_committed binds it
 
 
+def _repair(mutation: WorldMutation, record: Record, operation: Operation, *, stale: bool) -> None:
+    """What the identical emit again still owes its record: the publication events it lacks.
+
+    The seed's `#repairRecordPublication` appends, per the operation's state *now*, whichever
+    of supersede / bind_head / activate the record has no event for. There it finishes an emit
+    that crashed between writing the raw record and its events. Here the record and its
+    publication events are one transaction, and later changes (commit, follow-up end, clears,
+    reconciles) write their own events, so a record with any publication event was published,
+    and judging it again by the operation's later state would change what it shows: after
+    `complete_followup` the operation is stale, and the seed's rule would supersede a
+    `save=commit` panel that is meant to stay. So a published record is left as it is.
+
+    A record without any publication event is either a `save=commit` record awaiting its core
+    commit (`mark_core_committed` publishes it: nothing is due until the operation is
+    committed) or one whose events are genuinely missing: that one gets what the seed's rule
+    gives it.
+    """
+    if record.activated or record.superseded or record.bound_head:
+        return
+    committed = operation.status == OperationStatus.CORE_COMMITTED and operation.head != ""
+    if record.save_mode == Save.COMMIT and not committed:
+        return
+    _publish(mutation, record, operation, stale=stale)
+
+
 def artifact_emit(
     *, context: RequestContext, output: str, payload: Any, tool_call_id: str
 ) -> EmitResult:
@@ -212,17 +245,25 @@ def artifact_emit(
     problem = _payload_problem(declaration, payload)
     if problem is not None:
         return EmitResult(False, rejected(problem))
+    text = payload_text(payload, declaration.content_type)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON's "\ud800", in a string or a key) can be neither hashed nor
+        # stored. It sits in the payload, the model's content, so like a NUL in a text
+        # payload it is a rejection (`_payload_problem`); a surrogate in the call's own
+        # arguments (ids, output) is the runtime's shape error, a 400 (`_check_call`, DRF).
+        # Caught at the encoding emit does anyway: the check costs the normal path nothing.
+        return EmitResult(False, rejected(reject_not_unicode(declaration)))
     if tool_call_id.strip() == "":
         return EmitResult(False, rejected(REJECT_EMPTY_TOOL_CALL))
-    text = payload_text(payload, declaration.content_type)
     fingerprint = payload_fingerprint(declaration.name, declaration.content_type, text)
-    call = call_fingerprint(
-        "artifact_emit",
+    call = emit_call_fingerprint(
         context.operation.as_dict(),
         _request(context),
-        {"output": declaration.name, "payload_fingerprint": fingerprint},
+        output=declaration.name,
+        payload_fingerprint=fingerprint,
     )
-    size = len(text.encode("utf-8"))
     # Built before the lock; numbered under it, if the call turns out to make a record.
     record = _draft_record(
         context, declaration, tool_call_id=tool_call_id, text=text, size=size,
@@ -241,7 +282,7 @@ def artifact_emit(
             if previous.call_fingerprint != call:
                 return EmitResult(False, rejected(REJECT_DIFFERENT_ARGUMENTS))
             stale = operation.is_stale or current != previous.request_attempt
-            _publish(mutation, previous, operation, stale=stale)
+            _repair(mutation, previous, operation, stale=stale)
             if previous.save_mode == Save.NONE and not previous.superseded:
                 # The identical call again: its payload may be put back if a restart lost it.
                 ephemeral_put(record_pk=previous.pk, text=text)
@@ -327,11 +368,8 @@ def artifact_clear(*, context: RequestContext, output: str, tool_call_id: str) -
         return ClearResult(False, rejected(reject_undeclared(output)))
     if tool_call_id.strip() == "":
         return ClearResult(False, rejected(REJECT_EMPTY_TOOL_CALL))
-    call = call_fingerprint(
-        "artifact_clear",
-        context.operation.as_dict(),
-        _request(context),
-        {"output": declaration.name},
+    call = clear_call_fingerprint(
+        context.operation.as_dict(), _request(context), output=declaration.name
     )
     with transaction.atomic(durable=True):
         mutation, found, current = _locked_read(

@@ -1,9 +1,11 @@
 """Integrity check of the artifact store: `manage.py verify_artifacts` and the admin action.
 
-Recomputes every fingerprint and running total, checks each world's sequence (gap-free from
-1, no number used twice), each record's operation identity, each event's operation and record,
-each operation's state, and that the record columns mirroring the event log agree with a
-replay of it. Each problem names its world and, where there is one, its sequence.
+Recomputes every fingerprint (a record's payload, record and call fingerprints; the call
+fingerprint of each clear/ignored_call event) and running total, checks each world's sequence
+(gap-free from 1, no number used twice), each record's operation identity, each event's
+operation and record, each operation's state, and that the record columns mirroring the event
+log agree with a replay of it. Each problem names its world and, where there is one, its
+sequence.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from artifacts.ephemeral import ephemeral_get_many
-from artifacts.fingerprints import payload_fingerprint, record_fingerprint, record_id_for
+from artifacts.fingerprints import (
+    clear_call_fingerprint,
+    emit_call_fingerprint,
+    payload_fingerprint,
+    record_fingerprint,
+    record_id_for,
+)
 from artifacts.models import (
     ContentType,
     Event,
@@ -171,6 +179,14 @@ def _record_problems(record: Record, operation: Operation | None) -> list[str]:
                 json.loads(text)
             except ValueError:
                 found.append("the JSON payload does not parse")
+    call = emit_call_fingerprint(
+        record.call_context,
+        {"request_id": record.request_id, "request_attempt": record.request_attempt},
+        output=record.output,
+        payload_fingerprint=record.payload_fingerprint,
+    )
+    if call != record.call_fingerprint:
+        found.append("the record does not match its call fingerprint")
     if record_fingerprint(record.fingerprint_fields) != record.record_fingerprint:
         found.append("the record does not match its record fingerprint")
     if record.record_id != record_id_for(record.sequence, record.payload_fingerprint):
@@ -212,6 +228,13 @@ def _event_problems(event: Event, operation: Operation, records: dict[str, Recor
             found.append(f"the {event.kind} event lacks its output, channel or call identity")
         if not event.request_id or not event.request_attempt:
             found.append(f"the {event.kind} event lacks its request attempt")
+        elif event.call_fingerprint and event.call_fingerprint != clear_call_fingerprint(
+            operation.context,
+            {"request_id": event.request_id, "request_attempt": event.request_attempt},
+            output=event.output,
+        ):
+            # an ignored_call is a stale attempt's clear: the same call, recorded differently
+            found.append(f"the {event.kind} event does not match its call fingerprint")
     else:
         found.append(f"unknown event kind {event.kind!r}")
     return found

@@ -178,29 +178,34 @@ def operation_begin(*, context: OperationContext) -> Operation:
     """`begin_operation`: reconcile the world to the parent head, create the operation if new,
     and supersede what a new operation invalidates: earlier `new_operation` records, and every
     record of an earlier operation whose follow-up is still open (that operation becomes
-    superseded)."""
+    superseded). Beginning an existing operation again (same context) changes nothing."""
     context.check()
     with transaction.atomic(durable=True):
         mutation = WorldMutation.lock_or_create(context.world_id)
         existing = Operation.objects.filter(pk=context.operation_id).first()
-        if existing is not None and not same_context(existing, context):
-            raise invariant(MSG_BEGIN_MISMATCH, operation_id=context.operation_id)
+        if existing is not None:
+            if not same_context(existing, context):
+                raise invariant(MSG_BEGIN_MISMATCH, operation_id=context.operation_id)
+            # A retry. The first call reconciled and superseded in the same transaction that
+            # created the operation, so nothing of it is missing; whatever changed since was
+            # done by later calls, which a retry must not undo: reconciling the world back to
+            # this operation's parent head, or treating the operations begun after it as
+            # "earlier" ones, would supersede newer operations and their panels. (The seed
+            # re-runs both passes, safe only while no newer operation exists.)
+            return existing
         # A caller must not rely on a later read to invalidate what the parent head replaced.
         _reconcile(mutation, context.parent_head, context.operation_id)
         view = mutation.view()
-        if existing is None:
-            operation = Operation(
-                id=context.operation_id,
-                world_id=context.world_id,
-                parent_head=context.parent_head,
-                preset_id=context.preset_id,
-                preset_revision=context.preset_revision,
-                preset_scripts_enabled=context.preset_scripts_enabled,
-            )
-            mutation.save_operation(operation, create=True)
-            view.operations[operation.pk] = operation
-        else:
-            operation = mutation.adopt(existing)
+        operation = Operation(
+            id=context.operation_id,
+            world_id=context.world_id,
+            parent_head=context.parent_head,
+            preset_id=context.preset_id,
+            preset_revision=context.preset_revision,
+            preset_scripts_enabled=context.preset_scripts_enabled,
+        )
+        mutation.save_operation(operation, create=True)
+        view.operations[operation.pk] = operation
         records_by_operation: dict[str, list[Record]] = defaultdict(list)
         for record in view.records:
             records_by_operation[record.operation_id].append(record)

@@ -49,7 +49,6 @@ TEXT_LIMIT_BYTES = 64 * 1024  # submission text, all text parts together (spec 0
 CONTENT_LIMIT_BYTES = 1024 * 1024  # one entry's content, JSON-encoded (spec 01)
 MAX_PARTS = 256
 MAX_JSON_DEPTH = 32
-PG_BIGINT_MAX = 2**63 - 1
 
 # What changed, for watchers (the SSE stream of a later issue sends it with the version).
 CHANGES = frozenset(

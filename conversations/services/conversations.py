@@ -23,6 +23,7 @@ from core import clock
 from core.auth import Principal
 from core.errors import HostError
 from core.services import lifecycle_record
+from extensions_host.background.services.idle import idle_watermark_lower
 from extensions_host.services.documents import documents_fork
 
 FORK_COPY_BATCH = 500
@@ -154,6 +155,9 @@ def conversation_update(
                 conversation_id=conversation.pk,
                 payload={"conversation_id": conversation.pk, "archived": archived},
             )
+            if not archived:
+                # unarchiving is not activity (spec 01), but its idle period may be owed
+                idle_watermark_lower(activity_at=conversation.last_activity_at)
         if not fields:
             return conversation
         conversation.save(update_fields=[*fields, "updated_at"])

@@ -35,6 +35,7 @@ from conversations.services.common import (
     MSG_RUN_OTHER_CONVERSATION,
     MSG_RUN_RELEASED,
     PART_TYPES_ENTRY,
+    conversation_id_valid,
     conversation_lock,
     conversation_touch,
     echo_wake,
@@ -136,6 +137,10 @@ def _claim_replay(*, claim_key: str, conversation_id: str | None) -> Claim | Non
         return None
     if conversation_id is not None and run.conversation_id != conversation_id:
         raise HostError("contract", "conflict", MSG_CLAIM_KEY_TAKEN)
+    if run.status == RunStatus.RELEASED:
+        # released before releases gave up their key: free it, and the retry claims afresh
+        Run.objects.filter(pk=run.pk, status=RunStatus.RELEASED).update(claim_key=None)
+        return None
     if run.status == RunStatus.CLAIMED and not run.capture:
         _capture(run)  # the first attempt committed its claim but died before capturing
     return Claim(run, False)
@@ -278,6 +283,10 @@ def entry_append(
 ) -> Appended:
     """The runtime appends an entry to its claimed run; idempotent on `entry_key` per run
     (same role and content → the existing entry; different → 409)."""
+    # an id that cannot exist is simply not found, before any query (a NUL in it would be a
+    # driver error on PostgreSQL, not an answer)
+    if not conversation_id_valid(conversation_id):
+        raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)
     if role not in ENTRY_ROLES:
         raise HostError(
             "contract",
@@ -374,12 +383,14 @@ def runs_expire_leases(*, limit: int = LEASE_PAGE) -> tuple[int, bool]:
 
 def _release_locked(*, run_id: int, conversation_id: str, count: bool) -> None:
     """Release a claimed run and re-queue its inputs (the caller holds the conversation lock).
-    `count`: a lease expiry counts towards LEASE_RELEASES_MAX; a rejected capture does not."""
+    `count`: a lease expiry counts towards LEASE_RELEASES_MAX; a rejected capture does not.
+    The run gives up its claim key: a retry with that key claims afresh (spec 01: after a 422
+    the runtime claims again) instead of being answered with the released run."""
     now = clock.now()
     values: dict[str, Any] = {"status": SubmissionStatus.QUEUED, "run": None, "updated_at": now}
     if count:
         values["release_count"] = F("release_count") + 1
     Submission.objects.filter(run_id=run_id, status=SubmissionStatus.CLAIMED).update(**values)
-    Run.objects.filter(pk=run_id).update(status=RunStatus.RELEASED, updated_at=now)
+    Run.objects.filter(pk=run_id).update(status=RunStatus.RELEASED, claim_key=None, updated_at=now)
     conversation_touch(conversation_id=conversation_id, changed="runs")
     echo_wake()

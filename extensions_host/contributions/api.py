@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from conversations.selectors import conversation_get
 from core.api_base import StrictSerializer
 from core.auth import principal_of
 from core.errors import HostError
@@ -241,10 +242,13 @@ class ConversationSlashCommandApi(APIView):
         },
     )
     def post(self, request: Request, conversation_id: str, name: str) -> Response:
+        principal = principal_of(request)
+        # access first (spec 01: 404, then 403), and only then the body
+        conversation_get(principal=principal, conversation_id=conversation_id, write=True)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         result = slash_command_run(
-            principal=principal_of(request),
+            principal=principal,
             conversation_id=conversation_id,
             name=name,
             args=data.validated_data["args"],

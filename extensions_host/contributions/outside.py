@@ -1,6 +1,9 @@
 """Extension code that runs outside any frame: route handlers, slash commands (rules of spec 05
 for routes) and notifiers (best-effort: never a stop).
 
+Before the first such call in a process (and again after a resume or a new revision), the
+extension's `activate` runs as it does before a frame (`frames.activate_outside`); a failing
+one stops the extension (notifiers included: `activate` failing is a stop wherever it runs).
 Like a frame, the call is deadline-bounded (SIGALRM on a main thread, the elapsed check
 everywhere) and classified, but it holds no transaction: it may call slow services and writes
 through `ctx.transact`/`ctx.update`. Routes and commands: a typed SDK error maps to the error
@@ -24,6 +27,7 @@ from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
 from extensions_host.runtime.current import Frame, HookDeadline
+from extensions_host.runtime.frames import Boundary, activate_outside
 from extensions_host.runtime.stops import (
     deadline_reason,
     exception_message,
@@ -109,8 +113,22 @@ def bounded(loaded: LoadedExtension, hook: str, limit: float, call: Callable[[],
     return result
 
 
+def activated(loaded: LoadedExtension, *, boundary: Boundary = "request") -> None:
+    """Run the extension's `activate` first when this process has not yet (at the roster's
+    revision and activation epoch; spec 02 §1). A failing `activate` stops the extension, as in
+    a frame: 503 `extensions/unavailable` with the stop reason."""
+    outcome = activate_outside(loaded, boundary=boundary)
+    if outcome is None:
+        return
+    if outcome.status == "stopped" or outcome.skip == "stopped":
+        raise HostError("extensions", "unavailable", stopped_message(loaded.id, outcome.reason))
+    raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
+
+
 def run_outside(*, loaded: LoadedExtension, hook: str, limit: float, call: Callable[[], T]) -> T:
-    """Run route or command code with the stop rules of spec 05 (see module docstring)."""
+    """Run route or command code with the stop rules of spec 05 (see module docstring), after
+    the extension's `activate` when this process has not run it yet."""
+    activated(loaded)
     started = time.monotonic()
     try:
         return bounded(loaded, hook, limit, call)
@@ -157,8 +175,11 @@ class DeliveryFailure(Exception):
 def run_best_effort(
     *, loaded: LoadedExtension, hook: str, limit: float, call: Callable[[], Any]
 ) -> Any:
-    """Run notifier code: any failure becomes `DeliveryFailure` with a redacted message."""
+    """Run notifier code (after the extension's `activate` when this process has not run it
+    yet): any failure becomes `DeliveryFailure` with a redacted message; a failing `activate`
+    stops the extension first, as in a frame."""
     try:
+        activated(loaded, boundary="worker")
         return bounded(loaded, hook, limit, call)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise

@@ -6,6 +6,8 @@ Guards:
   and writable. Otherwise it is a defect: inside some frame, that frame's extension is stopped
   (it ran the offending code); outside any frame, the context's extension is stopped now.
 - a **read** with another extension's context inside a frame is a defect of that frame.
+- a call whose grant is not admitted raises `AdmissionError(closed, "Extension is not granted
+  <grant>")` (`require_grant`), like the host API (spec 05).
 - store errors: a transient database error becomes `HostTransient` (the frame is retried),
   `statement_timeout` becomes `HookDeadline`, anything else `StateError(unavailable)`.
 """
@@ -28,7 +30,7 @@ from extensions_host.runtime.current import (
     current_frame,
 )
 from extensions_host.runtime.transient import is_statement_timeout, is_transient
-from extensions_host.sdk import Caller, ExtensionStop, StateError
+from extensions_host.sdk import AdmissionError, Caller, ExtensionStop, StateError
 from extensions_host.services import documents as document_store
 from extensions_host.services import records as record_store
 
@@ -42,6 +44,7 @@ MSG_OTHER_WRITE = "Extension write used another extension's context"
 MSG_OTHER_READ = "Extension read used another extension's context"
 MSG_STALE = "Extension write used a context of an earlier frame"
 MSG_READ_ONLY = "Extension write used in a read-only hook"
+MSG_NOT_GRANTED = "Extension is not granted {grant}"
 
 # Capabilities other modules attach to every context (`ctx.timers`, `ctx.send`, …):
 # name → factory(ctx) returning the handle. Their guards use `require_write`/`require_read`.
@@ -92,11 +95,17 @@ def require_read(ctx: HookContext) -> Frame | None:
     return frame
 
 
+def not_granted(grant: str) -> AdmissionError:
+    """The one refusal of a call whose grant is not admitted (spec 05): a 409, not a retry."""
+    return AdmissionError("closed", MSG_NOT_GRANTED.format(grant=grant))
+
+
 def require_grant(ctx: HookContext, grant: str, frame: Frame | None = None) -> None:
+    """Every grant-gated `ctx` call checks its grant here: `AdmissionError(closed)` without it."""
     own_frame = frame is not None and frame.extension_id == ctx.extension_id
     grants = frame.grants if own_frame and frame is not None else ctx.grants
     if grant not in grants:
-        raise StateError("unavailable", f"Extension is not granted {grant}")
+        raise not_granted(grant)
 
 
 @contextmanager

@@ -20,6 +20,11 @@ from extensions_host.runtime.current import Frame, HookDeadline
 
 MAX_DEADLINE_SECONDS = 300.0
 MIN_DEADLINE_SECONDS = 0.001
+# A lock wait ends (`lock_timeout`, SQLSTATE 55P03) well before the hook's deadline: a lock
+# timeout is host trouble, retried and never a stop (spec 02 §1), so neither SIGALRM nor
+# `statement_timeout` may overtake it. Half the deadline, at least 1 ms (0 would disable it).
+LOCK_TIMEOUT_SHARE = 0.5
+MIN_LOCK_TIMEOUT_MS = 1
 
 
 def default_deadline(boundary: str) -> float:
@@ -62,12 +67,21 @@ def alarm(frame: Frame, seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(left, MIN_DEADLINE_SECONDS))
 
 
+def database_timeouts_ms(seconds: float) -> tuple[int, int]:
+    """(`statement_timeout`, `lock_timeout`) in ms for a deadline of `seconds`: statements end
+    with the deadline, lock waits clearly before it."""
+    ms = max(int(seconds * 1000), 1)
+    return ms, max(int(ms * LOCK_TIMEOUT_SHARE), MIN_LOCK_TIMEOUT_MS)
+
+
 def database_limits(seconds: float) -> None:
     """Bound the database side of the current transaction (PostgreSQL): statements and lock
     waits end with an error instead of outliving the hook's deadline."""
     if connection.vendor != "postgresql":
         return
-    ms = max(int(seconds * 1000), 1)
+    statement_ms, lock_ms = database_timeouts_ms(seconds)
     with connection.cursor() as cursor:
         # one round trip; integers formatted by us (SET does not take bind parameters)
-        cursor.execute(f"SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}")
+        cursor.execute(
+            f"SET LOCAL statement_timeout = {statement_ms}; SET LOCAL lock_timeout = {lock_ms}"
+        )

@@ -7,7 +7,9 @@
    loaded (a process whose code has another revision runs none of the extension's hooks);
    a stop takes the row `FOR UPDATE`, so it waits for frames in flight and none starts after;
 2. host bookkeeping before (`prepare`) and after (`finish`) the hook, in the same transaction;
-3. per-process, read-only `activate` when the revision or activation epoch moved;
+3. per-process, read-only `activate` when the revision or activation epoch moved (code that
+   runs outside frames — routes, commands, workers, notifiers — gets it from
+   `activate_outside`, in a frame of its own);
 4. the deadline (SIGALRM on a main thread, `statement_timeout`, the elapsed check);
 5. the stop rules: which exceptions stop the extension (`failures="stop"` for background hooks:
    anything but `Retry`; `failures="return"` for commands, routes, `transact`, `update`: typed
@@ -88,7 +90,7 @@ from extensions_host.runtime.transient import (
     with_transient_retries,
 )
 from extensions_host.sdk import Caller, ExtensionStop, Retry, SdkError, StateError
-from extensions_host.services.quotas import PageUsage, usage_flush
+from extensions_host.services.quotas import PageUsage, quotas_parsed, usage_flush
 from extensions_host.services.recovery import retry_limit
 
 T = TypeVar("T")
@@ -387,7 +389,7 @@ def _attempt(
                 hook=hook,
                 mode=mode,
                 grants=grants,
-                quotas=dict(row.quotas or {}),
+                quotas=quotas_parsed(row.quotas),
                 deadline_s=limit,
                 page=page,
                 observed=set(observe),
@@ -535,9 +537,9 @@ def _lock_roster_rows(
     usage = connection.ops.quote_name(UsageSlot._meta.db_table)
     limits, params = "", []
     if postgres and limit_s is not None:
-        ms = str(max(int(limit_s * 1000), 1))
+        statement_ms, lock_ms = deadlines.database_timeouts_ms(limit_s)
         limits = "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
-        params = [ms, ms]
+        params = [str(statement_ms), str(lock_ms)]
     summed = "SELECT COALESCE(SUM(u.{0}), 0) FROM " + usage + " u WHERE u.extension_id = r.id"  # noqa: S608
     columns = ", ".join(f"r.{connection.ops.quote_name(c)}" for c in _ROSTER_COLUMNS)
     sql = (
@@ -653,11 +655,14 @@ def _classify(frame: Frame, exc: BaseException, failures: Failures, retry_attemp
         isinstance(exc, HookDeadline)
         or is_statement_timeout(exc)
         or type(exc).__name__ == "SoftTimeLimitExceeded"
-        or frame.elapsed() > frame.deadline_s
     ):
         return _Failure("stop", hook, deadline_reason(hook), cause=exc)
+    # host trouble (a lock timeout, a deadlock, …) is retried, never a stop, even when it took
+    # the hook past its deadline (spec 02 §1): checked before the elapsed time
     if isinstance(exc, HostTransient) or is_transient(exc):
         return _Failure("transient", hook, exception_message(exc), cause=exc)
+    if frame.elapsed() > frame.deadline_s:
+        return _Failure("stop", hook, deadline_reason(hook), cause=exc)
     if isinstance(exc, FrameDefect | InvalidResult):
         return _Failure("stop", hook, f"{hook} defect: {exception_message(exc)}", cause=exc)
     if isinstance(exc, ExtensionStop):
@@ -734,6 +739,44 @@ def _ensure_activated(
     with _activation_lock:
         _activated[loaded.id] = key
     return None
+
+
+def activate_outside(
+    loaded: LoadedExtension, *, boundary: Boundary = "request", epoch: int | None = None
+) -> FrameOutcome | None:
+    """Run `activate` before the extension's code that runs outside any frame (routes, slash
+    commands, workers, notifiers) when this process has not run it at the roster's revision and
+    activation epoch yet (spec 02 §1). It runs as `run_frame` runs it (read-only, deadline-bound,
+    in a frame of its own that calls no hook), so a failing `activate` stops the extension with
+    hook `activation`, exactly as in a frame. `epoch`: the roster's activation epoch when the
+    caller has read it (else it is read here).
+
+    None when the extension is activated here; otherwise the frame's outcome: `stopped` (the
+    activation failed), or `skipped` (not runnable here now: stopped, another revision, …)."""
+    if "activate" not in loaded.definition.hooks.single:
+        return None  # nothing to run: no frame, no query
+    if epoch is None:
+        epoch = (
+            RosterEntry.objects.filter(pk=loaded.id)
+            .values_list("activation_epoch", flat=True)
+            .first()
+        )
+    if epoch is not None:
+        with _activation_lock:
+            if _activated.get(loaded.id) == (loaded.revision, epoch):
+                return None
+    outcome = run_frame(
+        extension_id=loaded.id,
+        hook="activation",
+        call=_no_hook,
+        mode="read",
+        boundary=boundary,
+    )
+    return None if outcome.ok else outcome
+
+
+def _no_hook(ctx: HookContext) -> None:
+    """The frame of `activate_outside` calls no hook: its work is the activation."""
 
 
 def forget_activations() -> None:

@@ -4,6 +4,7 @@ it through `run_frame` (later capabilities add theirs here: timers, settled, lif
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -97,7 +98,8 @@ def hook_project(
 ) -> FrameOutcome:
     """The read-only projection of one extension: `(value, catalog)` — the `project` hook's
     value encoded with the projection schema (None → null), and the command catalog adapted by
-    `project_catalog(value, catalog)` when defined. Any failure stops the extension."""
+    `project_catalog(value, catalog)` or `project_catalog(value)` when defined. Any failure
+    stops the extension."""
     definition = loaded.definition
     hooks = definition.hooks.single
 
@@ -119,7 +121,10 @@ def hook_project(
         if catalog is not None and adapt is not None and projected is not None:
             assert ctx._frame is not None
             ctx._frame.hook = "project_catalog"  # failures from here on name this hook
-            adapted = adapt(projected, list(catalog))
+            if catalog_takes_catalog(adapt):
+                adapted = adapt(projected, list(catalog))
+            else:
+                adapted = adapt(projected)
             if inspect.isawaitable(adapted):
                 return adapted
             if not isinstance(adapted, list | tuple):
@@ -140,6 +145,24 @@ def hook_project(
         boundary="request",
         page=page,
     )
+
+
+@functools.cache
+def catalog_takes_catalog(adapt: Callable[..., Any]) -> bool:
+    """Whether a `project_catalog` function takes `(value, catalog)` (the SDK's form) or just
+    `(value)` (spec 02 §1's table): read from its signature once, at its first call, so a
+    TypeError raised inside it is never mistaken for the other form."""
+    try:
+        signature = inspect.signature(adapt)
+    except (TypeError, ValueError):
+        return True  # no readable signature (a builtin): the two-argument form
+    for arguments in ((None, None), (None,)):
+        try:
+            signature.bind(*arguments)
+        except TypeError:
+            continue
+        return len(arguments) == 2
+    return True  # takes neither: the two-argument call fails as the defect it is
 
 
 def _catalog_entry(item: Any) -> CatalogEntry:

@@ -369,8 +369,8 @@ class Extension:
         return self._slot("project", fn)
 
     def project_catalog(self, fn: Hook) -> Hook:
-        """`project_catalog(value, catalog) -> list[CatalogEntry]`: adapt the command catalog to
-        the projected value (read-only)."""
+        """`project_catalog(value, catalog) -> list[CatalogEntry]` (or `project_catalog(value)`):
+        adapt the command catalog to the projected value (read-only)."""
         return self._slot("project_catalog", fn)
 
     def prompt(self, fn: Hook) -> Hook:

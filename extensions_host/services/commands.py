@@ -65,12 +65,20 @@ def command_call(
     if scope == "conversation":
         assert conversation_id is not None
         conversation_get(principal=principal, conversation_id=conversation_id, write=True)
-    replay = _Idempotency.of(principal, extension_id, name, conversation_id, body, idempotency_key)
+    # the registry is in-process: an id no extension has (NUL, overlong, …) never reaches a query
+    loaded = registry.get(extension_id)
+    if loaded is None:
+        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
+    replay = None
+    if name in loaded.definition.commands:  # nothing is ever stored under an unknown name
+        replay = _Idempotency.of(
+            principal, extension_id, name, conversation_id, body, idempotency_key
+        )
     if replay is not None:
         stored = replay.lookup()
         if stored is not None:
             return stored
-    loaded = _available(extension_id)
+    _available(loaded)
     spec = loaded.definition.commands.get(name)
     if spec is None or spec.scope != scope:
         raise HostError("contract", "invalid", MSG_UNKNOWN)
@@ -111,12 +119,11 @@ def command_call(
     return _result(extension_id, outcome)
 
 
-def _available(extension_id: str) -> LoadedExtension:
-    loaded = registry.get(extension_id)
+def _available(loaded: LoadedExtension) -> None:
+    extension_id = loaded.id
     row = roster_view(extension_id)
     if (
-        loaded is None
-        or row is None
+        row is None
         or row.status == ExtensionStatus.UNINSTALLED
         or "commands" not in row.admitted_grants
     ):
@@ -125,7 +132,6 @@ def _available(extension_id: str) -> LoadedExtension:
         raise HostError("extensions", "unavailable", stopped_message(extension_id, row.reason))
     if row.revision != loaded.revision:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
-    return loaded
 
 
 def _validate_input(spec: Command, body: Any) -> BaseModel:
@@ -178,7 +184,7 @@ class _Idempotency:
     ) -> _Idempotency | None:
         if key is None:
             return None
-        if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY or "\x00" in key:
             raise HostError("contract", "invalid", MSG_IDEMPOTENCY_KEY_INVALID)
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
         return cls(

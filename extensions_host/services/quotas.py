@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from django.conf import settings
 from django.db import connection
@@ -29,11 +29,47 @@ if TYPE_CHECKING:
 SLOTS = 8
 QUOTA_NAMES = ("max_records", "max_bytes", "max_timers", "max_attention")
 
+MSG_QUOTAS_NOT_OBJECT = (
+    'Quotas must be a JSON object of quota names to limits, e.g. {"max_records": 1000}.'
+)
+MSG_QUOTA_UNKNOWN = "{name} is not a quota; the quotas are " + ", ".join(QUOTA_NAMES) + "."
+MSG_QUOTA_NOT_COUNT = "Quota {name} must be a non-negative integer."
+QUOTA_NAME_SHOWN = 64  # an unknown name is cut to this in its message
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def quotas_problems(raw: object) -> list[str]:
+    """What is wrong with per-extension quota overrides as staff entered them (one message per
+    bad key; empty when valid). None or an empty value means no overrides."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [MSG_QUOTAS_NOT_OBJECT]
+    problems = []
+    for name, value in raw.items():
+        if name not in QUOTA_NAMES:
+            problems.append(MSG_QUOTA_UNKNOWN.format(name=repr(str(name)[:QUOTA_NAME_SHOWN])))
+        elif not _is_count(value):
+            problems.append(MSG_QUOTA_NOT_COUNT.format(name=name))
+    return problems
+
+
+def quotas_parsed(raw: object) -> dict[str, int]:
+    """The valid overrides of whatever is stored in `RosterEntry.quotas`: a dict of known quota
+    names to non-negative integers; anything else (not an object, unknown names, bad values) is
+    ignored, so a bad stored value never breaks a frame (`quotas_problems` reports it)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {name: value for name, value in raw.items() if name in QUOTA_NAMES and _is_count(value)}
+
 
 def quota_limit(*, overrides: dict[str, int], name: str) -> int:
     """The per-extension override when staff set one, else the global `HOST_QUOTAS` value."""
     value = overrides.get(name) if isinstance(overrides, dict) else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if _is_count(value):
         return value
     return int(settings.HOST_QUOTAS[name])
 

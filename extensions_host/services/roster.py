@@ -19,6 +19,7 @@ from extensions_host.models import ExtensionStatus, RosterEntry, RosterSyncLock
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.stops import bounded_reason, extension_stop
 from extensions_host.runtime.transient import with_transient_retries
+from extensions_host.selectors import extension_id_usable
 from extensions_host.services.documents import documents_declare
 from extensions_host.services.migrations import state_migrate
 from extensions_host.services.quotas import usage_slots_ensure
@@ -150,10 +151,13 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
         row.version = definition.version
         row.revision = loaded.revision
         row.fingerprint = loaded.fingerprint
+        # Auto-admission admits only grants newly requested since the last sync: every process
+        # syncs at start, so admitting all requested grants here would undo a staff revocation.
+        admitted = set(row.admitted_grants) & set(requested)
+        if auto_admit:
+            admitted |= set(requested) - set(row.requested_grants or [])
         row.requested_grants = requested
-        row.admitted_grants = (
-            requested if auto_admit else sorted(set(row.admitted_grants) & set(requested))
-        )
+        row.admitted_grants = sorted(admitted)
     if "settled" in row.admitted_grants:
         settled_consumer_cursor_initialise(extension_id=row.id)
     usage_slots_ensure(extension_id=row.id)
@@ -199,6 +203,8 @@ def _service_user(extension_id: str) -> None:
 def extension_resume(*, extension_id: str, actor: str) -> RosterEntry:
     """Staff resume (admin action, API, `manage.py resume_extension`): only from `stopped`;
     resets the auto-resume counters. Resume of a running extension is a no-op."""
+    if not extension_id_usable(extension_id):
+        raise HostError("store", "not_found", MSG_NOT_FOUND)
 
     def step() -> RosterEntry:
         with transaction.atomic(durable=True):

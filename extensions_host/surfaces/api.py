@@ -12,8 +12,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.selectors import conversation_get
-from core.api_base import Pagination, StrictSerializer
+from core.api_base import IdPagination, StrictSerializer
 from core.auth import principal_of
+from core.db import BIGINT_MAX
 from core.errors import MSG_UNAUTHENTICATED, HostError
 from core.permissions import AllowAnonymousReads, Authenticated, Runtime
 from core.schema import error_responses
@@ -24,8 +25,6 @@ from extensions_host.surfaces.services.interactions import (
     interaction_wire,
 )
 from extensions_host.surfaces.services.toolcalls import tool_call_execute
-
-BIGINT_MAX = 2**63 - 1
 
 
 class ToolCallResultSerializer(serializers.Serializer):
@@ -103,7 +102,7 @@ class InteractionPageSerializer(serializers.Serializer):
     results = InteractionSerializer(many=True)
 
 
-class InteractionPagination(Pagination):
+class InteractionPagination(IdPagination):
     ordering = "id"
 
 
@@ -122,8 +121,6 @@ class ConversationInteractionListApi(APIView):
         responses={200: InteractionPageSerializer, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        query = self.QuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
         principal = principal_of(request)
         try:
             conversation_get(principal=principal, conversation_id=conversation_id)
@@ -131,6 +128,9 @@ class ConversationInteractionListApi(APIView):
             if exc.cause == "not_found" and not principal.is_authenticated:
                 raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
             raise
+        # the query is checked only once the caller may read (spec 01: 401/404 come first)
+        query = self.QuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
         rows = interactions_of(
             conversation_id=conversation_id, status=query.validated_data.get("status")
         )
@@ -163,10 +163,13 @@ class ConversationInteractionAnswerApi(APIView):
         },
     )
     def post(self, request: Request, conversation_id: str, call_id: str) -> Response:
+        principal = principal_of(request)
+        # access first (spec 01: 404, then 403), and only then the body
+        conversation_get(principal=principal, conversation_id=conversation_id, write=True)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         answered, record = interaction_answer_by_user(
-            principal=principal_of(request),
+            principal=principal,
             conversation_id=conversation_id,
             call_id=call_id,
             answer=serializer.validated_data["answer"],

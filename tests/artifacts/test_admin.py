@@ -7,7 +7,7 @@ from django.test import Client
 
 from artifacts import services
 from artifacts.models import Record
-from tests.artifacts.helpers import decl, emit, op_context, started
+from tests.artifacts.helpers import decl, emit, op_context, req_context, started, with_attempt
 
 pytestmark = pytest.mark.django_db
 
@@ -82,3 +82,73 @@ def test_non_staff_cannot_open_the_debug_view(owner, filled):
     client.force_login(owner)
     response = client.get("/admin/artifacts/world/world-1/debug/")
     assert response.status_code == 302  # to the admin login
+
+
+def _column(html: str, name: str) -> list[str]:
+    """The cells of one list_display column, in page order."""
+    import re
+
+    return re.findall(rf'<td class="field-{name}">([^<]*)</td>', html)
+
+
+def test_the_record_list_shows_each_records_effective_status(admin_client_, world):
+    first = op_context(operation_id="op-1")
+    ctx1 = started(first, decl("panel", save="operation"))
+    emit(ctx1, "panel", "first", "c1")
+    services.head_reconcile(world_id="world-1", head="h9")  # op-1 is superseded: not its record
+    second = op_context(operation_id="op-2", parent_head="h9")
+    ctx2 = started(second, decl("panel", save="operation"), decl("later", channel="x"))
+    emit(ctx2, "panel", "cleared", "c2")
+    services.artifact_clear(context=ctx2, output="panel", tool_call_id="c3")
+    emit(ctx2, "panel", "shown", "c4")
+    emit(ctx2, "later", "pending", "c5")
+    assert Record.objects.get(operation_id="op-1").superseded is False  # the raw column
+
+    html = admin_client_.get("/admin/artifacts/record/").content.decode()
+
+    # newest first
+    assert _column(html, "status") == ["pending", "active", "cleared", "superseded"]
+
+
+def test_the_record_list_reads_statuses_in_a_bounded_number_of_queries(admin_client_, owner, world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.artifacts.helpers import make_world
+
+    def listed() -> tuple[int, list[str]]:
+        with CaptureQueriesContext(connection) as captured:
+            page = admin_client_.get("/admin/artifacts/record/")
+        assert page.status_code == 200
+        return len(captured.captured_queries), _column(page.content.decode(), "status")
+
+    def fill(world_id: str, emits: int) -> None:
+        op = op_context(world_id=world_id, operation_id=f"op-{world_id}")
+        ctx = started(op, decl("panel", save="operation", max_emits=emits))
+        for n in range(emits):
+            emit(ctx, "panel", f"p{n}", f"c{n}")
+        services.artifact_clear(context=ctx, output="panel", tool_call_id="clear")
+
+    fill("world-1", 2)
+    few_queries, few = listed()
+    assert few == ["cleared", "cleared"]
+    for n in range(2, 6):
+        make_world(owner, f"world-{n}")
+        fill(f"world-{n}", 25)
+
+    many_queries, many = listed()
+
+    assert len(many) == 100  # one full page, over five worlds
+    assert set(many) == {"cleared"}
+    assert many_queries == few_queries
+
+
+def test_the_operation_list_shows_request_attempts(admin_client_, world):
+    ctx = started(op_context(), decl())
+    services.request_attempt_begin(context=with_attempt(ctx, 3))
+    services.request_attempt_begin(context=req_context(op_context(), decl(), request_id="a-req"))
+    services.operation_begin(context=op_context(operation_id="op-2"))
+
+    html = admin_client_.get("/admin/artifacts/operation/").content.decode()
+
+    assert _column(html, "attempts") == ["-", "a-req=1, req-1=3"]

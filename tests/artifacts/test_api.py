@@ -419,3 +419,54 @@ def test_nul_characters_never_reach_the_database(begun, api, owner, staff):
     assert api(owner).get("/v1/artifacts/operations/a%00b").status_code == 404
     debug = api(staff).get("/v1/worlds/world-1/artifacts/debug?operation_id=%00")
     assert debug.status_code == 400
+
+
+def test_a_payload_that_is_not_valid_unicode_is_rejected_never_500(begun, api, owner):
+    """A lone surrogate is the model's content (a rejection, like a NUL in text); in the
+    call's own text arguments it stays the runtime's 400."""
+    before = counts()
+    cases = [
+        ("panel", "a\ud800b", "panel text/markdown"),
+        ("card", {"title": "a\udfff"}, "card application/json"),
+        ("card", {"\ud800": 1}, "card application/json"),
+        ("card", ["ok", ["\udc00"]], "card application/json"),
+        ("card", "\ud800", "card application/json"),
+    ]
+    for n, (output, payload, what) in enumerate(cases):
+        body = json.dumps(emit_body(output=output, payload=payload, tool_call_id=f"s{n}"))
+        response = begun.post("/v1/artifacts/emit", body, content_type="application/json")
+        assert (response.status_code, response.json()) == (
+            200,
+            {
+                "ok": False,
+                "markdown": "# Runtime artifact rejected\n\n"
+                f"{what} payload must be valid Unicode (no lone surrogates)",
+            },
+        ), payload
+    for path, body in [
+        ("emit", emit_body(tool_call_id="t\ud800")),
+        ("clear", {"context": REQUEST_CONTEXT, "output": "pa\ud800nel", "tool_call_id": "c"}),
+        ("clear", {"context": REQUEST_CONTEXT, "output": "panel", "tool_call_id": "\ud800"}),
+    ]:
+        response = begun.post(
+            f"/v1/artifacts/{path}", json.dumps(body), content_type="application/json"
+        )
+        assert response.status_code == 400, body
+        assert response.json()["error"]["cause"] == "invalid"
+    assert counts() == before
+    assert api(owner).get("/v1/worlds/world-1/artifacts").json()["items"] == []
+
+
+def test_a_deeply_nested_payload_contract_is_a_400_not_a_500(begun):
+    contract: dict = {"type": "string"}
+    for _ in range(300):
+        contract = {"not": contract}
+    declaration = {**DECLARATION, "content_type": "application/json", "payload_contract": contract}
+    body = {"context": {**REQUEST_CONTEXT, "declarations": [declaration]}}
+    before = counts()
+    status, answer = post(begun, "attempts", body)
+    assert status == 400
+    assert answer["error"]["details"] == {
+        "declarations[0].payload_contract": ["Not a valid JSON Schema: nested too deeply."]
+    }
+    assert counts() == before

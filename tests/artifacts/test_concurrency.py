@@ -11,6 +11,7 @@ import pytest
 from django.db import connection, transaction
 
 from artifacts import services
+from artifacts.fingerprints import clear_call_fingerprint
 from artifacts.models import Event, EventKind, Operation, Record, World
 from artifacts.services.world import WorldMutation
 from tests.artifacts.helpers import decl, emit, make_world, op_context, started
@@ -150,6 +151,9 @@ def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(
     ctx = started(op_context(), decl(save="operation", max_emits=1000))
     assert emit(ctx, payload="first", tool_call_id="first").ok  # record 1, activate 2
     holding, release = threading.Event(), threading.Event()
+    held_call = clear_call_fingerprint(
+        ctx.operation.as_dict(), {"request_id": "req-1", "request_attempt": 1}, output="panel"
+    )
 
     def holder(_index: int) -> None:
         with transaction.atomic():
@@ -157,7 +161,7 @@ def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(
             assert mutation is not None
             # a clear: an event of the world (sequence 3) the waiting emit cannot know of
             mutation.event(EventKind.CLEAR, "op-1", output="panel", channel="main",
-                           tool_call_id="held", call_fingerprint="sha256:held",
+                           tool_call_id="held", call_fingerprint=held_call,
                            request_id="req-1", request_attempt=1)  # fmt: skip
             mutation.flush()
             holding.set()

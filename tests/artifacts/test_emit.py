@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from artifacts import services
 from artifacts.models import Event, Record
 from artifacts.services.emit import MAX_PAYLOAD_BYTES
+from artifacts.types import MSG_DECLARATION_INVALID, contract_violation
 from core.errors import HostError
 from tests.artifacts.helpers import (
     counts,
@@ -93,6 +96,54 @@ def test_a_repeat_after_the_commit_repairs_nothing_that_is_not_missing(ctx):
     assert counts() == before
 
 
+def test_a_repeat_after_the_operation_completed_leaves_its_panel_as_it_was(world):
+    """The operation is stale once its follow-up completes; the repeat must not supersede the
+    save=commit panel that completion keeps (the seed's repair would)."""
+    op = op_context()
+    ctx = started(op, decl(save="commit"))
+    first = emit(ctx, payload="kept")
+    services.operation_mark_core_committed(context=op, head="h1")
+    services.followup_complete(operation_id="op-1", requests=[])
+    assert visible() == ["kept"]
+    before = counts()
+
+    again = emit(ctx, payload="kept")
+
+    assert (again.ok, again.idempotent, again.record_id) == (True, True, first.record_id)
+    assert again.markdown == "# Runtime artifact already exists\n\noutput=panel"
+    assert visible() == ["kept"]
+    assert counts() == before
+    assert not Event.objects.filter(reason="late_superseded_operation_result").exists()
+
+
+def test_a_repeat_while_the_core_awaits_materialization_keeps_the_record_pending(world):
+    op = op_context()
+    ctx = started(op, decl(save="commit"))
+    first = emit(ctx, payload="later")
+    services.operation_mark_core_materialization_pending(context=op, head="h1", message="m")
+    before = counts()
+
+    assert emit(ctx, payload="later").idempotent
+
+    assert counts() == before
+    services.operation_mark_core_committed(context=op, head="h1")
+    assert visible() == ["later"]
+    assert Record.objects.get(record_id=first.record_id).bound_head == "h1"
+
+
+def test_a_repeat_repairs_a_publication_event_that_is_genuinely_missing(ctx):
+    """A record whose events were lost (a restore, a hand edit) gets them from the repeat."""
+    first = emit(ctx, "panel", "hello", "call-1")
+    Event.objects.filter(record_id=first.record_id).delete()
+    Record.objects.filter(record_id=first.record_id).update(activated=False)
+    assert visible() == []
+
+    assert emit(ctx, "panel", "hello", "call-1").idempotent
+
+    assert visible() == ["hello"]
+    assert list(Event.objects.values_list("kind", "record_id")) == [("activate", first.record_id)]
+
+
 def test_the_same_clear_again_is_confirmed_idempotently_and_writes_nothing(ctx):
     first = services.artifact_clear(context=ctx, output="panel", tool_call_id="clr-1")
     before = counts()
@@ -166,6 +217,20 @@ EMIT_REJECTIONS = [
         "The same artifact tool-call ID is bound to a different tool call",
     ),
     ("max emits", "once", "second", "c9", "Artifact once has reached maxEmits"),
+    (
+        "lone surrogate in text",
+        "panel",
+        "a\ud800",
+        "c9",
+        "panel text/markdown payload must be valid Unicode (no lone surrogates)",
+    ),
+    (
+        "lone surrogate in a JSON key",
+        "data",
+        {"\udfff": [1]},
+        "c9",
+        "data application/json payload must be valid Unicode (no lone surrogates)",
+    ),
 ]
 
 
@@ -442,6 +507,114 @@ def test_an_invalid_declaration_is_a_400_and_writes_nothing(ctx, override):
         emit(bad)
     assert (caught.value.status, caught.value.cause) == (400, "invalid")
     assert counts() == before
+
+
+LOCAL_REF_CONTRACT = {
+    "$defs": {"title": {"type": "string", "minLength": 1}},
+    "type": "object",
+    "properties": {"title": {"$ref": "#/$defs/title"}},
+    "required": ["title"],
+}
+
+
+def test_a_contract_with_local_refs_validates_payloads(world):
+    ctx = started(
+        op_context(),
+        decl("card", content_type="application/json", payload_contract=LOCAL_REF_CONTRACT),
+    )
+    assert emit(ctx, "card", {"title": "ok"}, "c1").ok
+    assert emit(ctx, "card", {"title": ""}, "c2").markdown == (
+        REJECTED + "card payload does not satisfy its payload contract: "
+        "'' should be non-empty at $.title"
+    )
+
+
+@pytest.fixture
+def schema_server():
+    """A loopback HTTP server serving a schema, counting the requests it gets."""
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", hits
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    "contract",
+    [
+        {"$ref": "{url}/schema.json"},
+        {"type": "object", "properties": {"a": {"$ref": "{url}/schema.json#/x"}}},
+        {"anyOf": [{"type": "null"}, {"$dynamicRef": "{url}/schema.json"}]},
+        {"$ref": "other.json"},
+    ],
+)
+def test_a_contract_with_a_remote_ref_is_a_400_and_fetches_nothing(world, schema_server, contract):
+    url, hits = schema_server
+    contract = json.loads(json.dumps(contract).replace("{url}", url))
+    op = op_context()
+    services.operation_begin(context=op)
+    bad = req_context(op, decl("card", content_type="application/json", payload_contract=contract))
+    before = counts()
+    for call in (services.request_attempt_begin, lambda **kw: emit(**kw, output="card")):
+        with pytest.raises(HostError) as caught:
+            call(context=bad)
+        assert (caught.value.status, caught.value.message) == (400, MSG_DECLARATION_INVALID)
+        assert caught.value.details == {
+            "declarations[0].payload_contract": [
+                "Only local $ref (starting with #) are allowed: "
+                "a payload contract never fetches schemas."
+            ]
+        }
+    assert counts() == before
+    assert hits == []
+
+
+def test_a_contract_never_fetches_a_ref_even_if_it_reached_validation(
+    schema_server, monkeypatch, request
+):
+    """The validators' registry refuses retrieval: a remote $ref that got past the declaration
+    check (here: the check switched off) cannot be resolved."""
+    from artifacts import types
+
+    monkeypatch.setattr(types, "_has_remote_ref", lambda schema: False)
+    types._contract_validator.cache_clear()
+    request.addfinalizer(types._contract_validator.cache_clear)  # nothing cached while patched
+    url, hits = schema_server
+    violation = contract_violation({"$ref": f"{url}/schema.json"}, "text")
+    assert violation is not None
+    assert violation.startswith("the payload contract cannot be applied")
+    assert hits == []
+
+
+def test_a_ref_inside_a_const_is_data_not_a_reference(world):
+    contract = {"const": {"$ref": "http://example.invalid/x"}}
+    ctx = started(
+        op_context(), decl("card", content_type="application/json", payload_contract=contract)
+    )
+    assert emit(ctx, "card", {"$ref": "http://example.invalid/x"}, "c1").ok
+    assert not emit(ctx, "card", {"$ref": "other"}, "c2").ok
 
 
 def test_duplicate_declaration_names_are_a_400(ctx):

@@ -11,8 +11,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from artifacts import services
+from artifacts.fingerprints import record_fingerprint
 from artifacts.models import Event, Operation, Record
-from tests.artifacts.helpers import decl, emit, op_context, started
+from tests.artifacts.helpers import decl, emit, op_context, started, with_attempt
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +111,57 @@ def test_a_changed_record_field_breaks_the_record_fingerprint(filled):
         f"world=world-1 sequence={record.sequence}: "
         "the record does not match its record fingerprint"
     ) in _problems()
+
+
+FORGED = "sha256:" + "0" * 64
+
+
+def test_a_forged_record_call_fingerprint_is_reported_even_with_a_matching_record_fingerprint(
+    filled,
+):
+    record = Record.objects.get(record_id=filled["draft"])
+    record.call_fingerprint = FORGED
+    record.record_fingerprint = record_fingerprint(record.fingerprint_fields)
+    Record.objects.filter(pk=record.pk).update(
+        call_fingerprint=record.call_fingerprint, record_fingerprint=record.record_fingerprint
+    )
+
+    code, _, err = _verify()
+
+    assert code == 1
+    assert err.splitlines()[:-1] == [
+        f"CORRUPT world=world-1 sequence={record.sequence}: "
+        "the record does not match its call fingerprint"
+    ]
+
+
+def test_a_forged_clear_call_fingerprint_is_reported(filled):
+    event = Event.objects.get(kind="clear")
+    Event.objects.filter(pk=event.pk).update(call_fingerprint=FORGED)
+
+    code, _, err = _verify()
+
+    assert code == 1
+    assert err.splitlines()[:-1] == [
+        f"CORRUPT world=world-1 sequence={event.sequence}: "
+        "the clear event does not match its call fingerprint"
+    ]
+
+
+def test_an_ignored_call_fingerprint_is_recomputed_too(world):
+    ctx = started(op_context(), decl(save="operation"))
+    services.request_attempt_begin(context=with_attempt(ctx, 2))
+    assert (
+        "ignored"
+        in services.artifact_clear(context=ctx, output="panel", tool_call_id="c1").markdown
+    )
+    assert _problems() == []
+    event = Event.objects.get(kind="ignored_call")
+    Event.objects.filter(pk=event.pk).update(request_attempt=2)  # claims the current attempt
+    assert _problems() == [
+        f"world=world-1 sequence={event.sequence}: "
+        "the ignored_call event does not match its call fingerprint"
+    ]
 
 
 def test_a_duplicated_sequence_is_reported(filled):

@@ -507,3 +507,82 @@ def test_an_artifact_change_bumps_the_conversation_version_for_live_views(world)
     before = version()
     emit(ctx, payload="second", tool_call_id="call-2")
     assert version() > before
+
+
+def test_reconciling_to_another_head_supersedes_an_open_followup(world):
+    op = op_context()
+    ctx = started(op, decl(save="commit"))
+    emit(ctx, payload="answer")
+    services.operation_mark_core_committed(context=op, head="h1")
+    services.followup_begin(context=op)
+    assert visible() == ["answer"]
+
+    result = services.head_reconcile(world_id="world-1", head="h2")
+
+    assert result.superseded_operations == ["op-1"]
+    op1 = Operation.objects.get(pk="op-1")
+    assert (op1.status, op1.followup_status, op1.projection_status) == (
+        "core_committed",
+        "superseded",
+        "superseded",
+    )
+    assert op1.message == "This follow-up was superseded by a newer head"
+    assert visible() == []
+    # the same head again finds nothing left to do
+    again = services.head_reconcile(world_id="world-1", head="h2")
+    assert (again.superseded_records, again.superseded_operations) == ([], [])
+
+
+def test_reconciling_with_an_excepted_operation_leaves_that_operation_alone(world):
+    first = op_context(operation_id="op-1")
+    ctx1 = started(first, decl("bound", invalidation="head_change", save="operation"))
+    old = emit(ctx1, "bound", "one", "c1")
+    second = op_context(operation_id="op-2")
+    ctx2 = started(second, decl("bound", invalidation="head_change", save="operation"))
+    kept = emit(ctx2, "bound", "two", "c2")
+    assert visible() == ["one", "two"]
+
+    result = services.head_reconcile(world_id="world-1", head="h9", except_operation_id="op-2")
+
+    assert result.superseded_records == [old.record_id]
+    assert result.superseded_operations == ["op-1"]
+    assert status_of(kept.record_id) == "active"
+    op2 = Operation.objects.get(pk="op-2")
+    assert (op2.status, op2.projection_status) == ("running", "active")
+    assert visible() == ["two"]
+
+
+def test_beginning_an_older_operation_again_leaves_newer_operations_panels(world):
+    first = op_context(operation_id="op-1")
+    services.operation_begin(context=first)
+    second = op_context(operation_id="op-2")
+    ctx2 = started(second, decl(invalidation="new_operation", save="operation"))
+    panel = emit(ctx2, payload="newer")
+    before = Event.objects.count()
+
+    assert services.operation_begin(context=first).pk == "op-1"
+
+    assert status_of(panel.record_id) == "active"
+    assert visible() == ["newer"]
+    assert Event.objects.count() == before
+
+
+def test_beginning_an_older_operation_again_leaves_a_newer_open_followup(world):
+    first = op_context(operation_id="op-1")
+    services.operation_begin(context=first)
+    second = op_context(operation_id="op-2")
+    ctx2 = started(second, decl(save="commit"))
+    emit(ctx2, payload="newer")
+    services.operation_mark_core_committed(context=second, head="h1")
+    services.followup_begin(context=second)
+    assert visible() == ["newer"]
+
+    services.operation_begin(context=first)
+
+    op2 = Operation.objects.get(pk="op-2")
+    assert (op2.status, op2.followup_status, op2.projection_status) == (
+        "core_committed",
+        "running",
+        "active",
+    )
+    assert visible() == ["newer"]

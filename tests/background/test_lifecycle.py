@@ -32,7 +32,7 @@ from extensions_host.background.services.lifecycle import (
     lifecycle_sweep,
 )
 from extensions_host.background.services.shutdown import lifecycle_shutdown_all
-from extensions_host.models import ExtensionStatus
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.sdk import Retry, StateError
 
 from .conftest import resume, roster
@@ -375,3 +375,50 @@ def test_the_idle_sweep_is_bounded_per_call_and_reports_more(
     assert conversations_detect_idle(limit=3) == (2, False)
     assert conversations_detect_idle(limit=3) == (0, False)
     assert len(idle_events()) == 5
+
+
+def test_a_process_without_a_subscribers_revision_leaves_the_events_for_one_that_has_it(
+    install, sent
+):
+    """A rolling deploy: the roster names a revision this process does not run. Marking the
+    events fanned out here would lose them for that extension for good."""
+    rec = Recorder()
+    install(
+        make_ext("alpha", lifecycle=rec.handlers("conversation_archived")),
+        make_ext("beta", lifecycle=rec.handlers("conversation_archived")),
+    )
+    revision = roster("alpha").revision
+    RosterEntry.objects.filter(pk="alpha").update(revision="another-revision")
+    lifecycle_record(kind="conversation_archived", conversation_id="c", payload={"n": 1})
+
+    assert lifecycle_fanout() == (set(), False)  # bounded: nothing more to do on this process
+    assert lifecycle_fanout_all() is False
+    assert not LifecycleDelivery.objects.exists()
+    assert not LifecycleFanout.objects.exists()
+
+    RosterEntry.objects.filter(pk="alpha").update(revision=revision)  # a process that has it
+    deliver("alpha", "beta")
+
+    assert rec.seen == [("conversation_archived", {"n": 1})] * 2
+    assert LifecycleFanout.objects.count() == 1
+    assert not LifecycleDelivery.objects.exists()
+
+
+def test_an_uninstalled_or_ungranted_extension_not_loaded_here_does_not_hold_back_the_fan_out(
+    install, sent
+):
+    rec = Recorder()
+    install(make_ext("alpha", lifecycle=rec.handlers("conversation_archived")))
+    RosterEntry.objects.create(
+        id="gone",
+        version="1",
+        revision="r",
+        status=ExtensionStatus.UNINSTALLED,
+        admitted_grants=["lifecycle"],
+    )
+    RosterEntry.objects.create(id="elsewhere", version="1", revision="r", admitted_grants=["state"])
+    lifecycle_record(kind="conversation_archived", conversation_id="c", payload={"n": 1})
+
+    deliver("alpha")
+
+    assert rec.seen == [("conversation_archived", {"n": 1})]

@@ -16,7 +16,7 @@ from extensions_host.background.services.settled import (
     settled_notify,
     settled_sweep,
 )
-from extensions_host.models import ExtensionRecord, ExtensionStatus
+from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.sdk import Retry
 
 from .conftest import resume, roster, settle_runs
@@ -268,3 +268,54 @@ def test_a_delivery_page_hands_every_batch_once_in_order(install, conversation, 
     assert settled_deliver(extension_id="alpha", frames=2) is False
 
     assert consumer.batches == [sequences[0:3], sequences[3:6], sequences[6:8]]
+
+
+def withhold_grant(extension_id: str, grant: str) -> list[str]:
+    """Staff withdraw one admitted grant; returns the grants admitted before."""
+    before = list(roster(extension_id).admitted_grants)
+    RosterEntry.objects.filter(pk=extension_id).update(
+        admitted_grants=[g for g in before if g != grant]
+    )
+    return before
+
+
+def test_a_consumer_without_the_settled_grant_gets_nothing_and_catches_up_when_admitted_again(
+    install, conversation, sent, django_capture_on_commit_callbacks
+):
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    start = SettledCursor.objects.get(pk="alpha").position
+    admitted = withhold_grant("alpha", "settled")
+    conversation("c1")
+    sequences = settle_runs("c1", 2)
+
+    assert settled_deliver_all(extension_id="alpha") is False
+
+    assert consumer.received == []
+    assert SettledCursor.objects.get(pk="alpha").position == start
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_sweep() == []
+
+    RosterEntry.objects.filter(pk="alpha").update(admitted_grants=admitted)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_sweep() == ["alpha"]
+    settled_deliver_all(extension_id="alpha")
+
+    assert consumer.received == sequences
+    assert SettledCursor.objects.get(pk="alpha").position == sequences[-1]
+
+
+def test_a_settle_kicks_no_consumer_whose_settled_grant_was_withdrawn(
+    install, sent, django_capture_on_commit_callbacks
+):
+    install(make_ext("alpha", on_settled=Consumer()), make_ext("beta", on_settled=Consumer()))
+    for ext in ("alpha", "beta"):
+        settled_cursor_initialise(extension_id=ext)
+    withhold_grant("alpha", "settled")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert settled_notify() == ["beta"]
+
+    assert [args for args, _ in sent.of("deliver_settled")] == [("beta",)]

@@ -121,14 +121,14 @@ def test_a_write_in_a_read_only_hook_stops_the_extension(install):
     assert pending("alpha") == {}
 
 
-def test_timers_inside_update_are_unavailable_and_need_the_grant(install):
+def test_timers_inside_update_are_unavailable_and_without_the_grant_closed(install):
     install(make_ext("alpha", on_timer=record_timer), make_ext("beta", grants={"state"}))
 
     in_update = in_frame("alpha", lambda ctx: ctx.timers.set("k", 1), mode="state")
     ungranted = in_frame("beta", lambda ctx: ctx.timers.set("k", 1))
 
     assert in_update.error is not None and in_update.error.kind == "unavailable"
-    assert ungranted.error is not None and ungranted.error.kind == "unavailable"
+    assert ungranted.error is not None and ungranted.error.kind == "closed"
     assert "not granted timers" in ungranted.error.message
 
 

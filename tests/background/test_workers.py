@@ -188,3 +188,43 @@ def test_workers_are_listed_with_their_last_run_and_outcome(install, sent):
 def test_a_worker_needs_a_non_empty_wake_on_without_shutdown(wake_on, message):
     with pytest.raises(DefinitionError, match=message):
         Worker("w", wake_on=wake_on, run=lambda ctx, wake: None)
+
+
+def test_activate_runs_before_the_first_worker_run_of_a_process(install, sent):
+    client: dict[str, str] = {}
+    seen: list[str | None] = []
+    ext = with_worker(lambda ctx, wake: seen.append(client.get("value")))
+    ext.activate(lambda ctx: client.setdefault("value", "connected"))
+    install(ext)
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+
+    assert seen == ["connected"]
+
+
+def test_a_failing_activate_stops_the_extension_and_its_wake_waits_for_the_resume(install, sent):
+    runs: list[str] = []
+    broken = {"now": True}
+
+    def activate(ctx: Any) -> None:
+        if broken["now"]:
+            raise RuntimeError("no credentials")
+
+    ext = with_worker(lambda ctx, wake: runs.append(wake.conversation_id))
+    ext.activate(activate)
+    install(ext)
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "stopped"
+
+    assert runs == []
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "activation defect: no credentials"
+    assert roster("alpha").failing_hook == "activation"
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.pending_wake == {"event": "conversation_archived", "conversation_id": "c"}
+    broken["now"] = False
+    resume("alpha")
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert runs == ["c"]

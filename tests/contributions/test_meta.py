@@ -87,13 +87,20 @@ def test_a_broken_health_hook_is_a_defect_that_stops_its_extension(install, api,
     )
 
 
-def test_a_migration_failure_is_listed_as_incompatible(install, api, member):
-    install(make_routes_ext())
-    RosterEntry.objects.filter(pk="web").update(
+def test_a_migration_failure_of_an_extension_in_runs_is_listed_as_incompatible(
+    install, api, member
+):
+    tools = Extension(id="tools", version="1.0.0", grants={"run_tools", "state"})
+    install(make_routes_ext(), make_skills_ext(), tools)
+    RosterEntry.objects.update(
         status=ExtensionStatus.STOPPED, failing_hook="migration", reason="state is newer"
     )
     body = api(member).get("/v1/meta").json()
-    assert body["incompatible_migrations"] == [{"id": "web", "reason": "state is newer"}]
+    # `web` (routes and state) takes no part in runs; `skilled` does through its skills
+    assert body["incompatible_migrations"] == [
+        {"id": "skilled", "reason": "state is newer"},
+        {"id": "tools", "reason": "state is newer"},
+    ]
 
 
 def test_the_last_proposer_sets_the_default_model_and_collisions_are_recorded(

@@ -208,3 +208,60 @@ def test_the_schema_marks_the_extension_route_catch_all_for_fuzzers():
         assert operation["x-extension-route"] is True
         assert operation["x-fuzz-exclude"] is True
         assert {"401", "403", "404", "405", "413", "503"} <= set(operation["responses"])
+
+
+def make_activated_ext(activate):
+    """A routes extension whose `activate` sets up a client that its routes read."""
+    client: dict[str, object] = {}
+
+    def read_client(ctx, request):
+        return {"client": client.get("value")}
+
+    ext = make_routes_ext("act", handler=read_client)
+    ext.activate(lambda ctx: activate(client))
+    return ext, client
+
+
+def test_activate_runs_before_the_first_route_call_and_again_after_a_resume(install, api, member):
+    from extensions_host.services.roster import extension_resume
+
+    activations: list[int] = []
+
+    def activate(client):
+        activations.append(1)
+        client["value"] = f"client {len(activations)}"
+
+    ext, _ = make_activated_ext(activate)
+    install(ext)
+    client = api(member)
+
+    assert client.get("/v1/ext/act/me").json() == {"client": "client 1"}
+    assert client.get("/v1/ext/act/me").json() == {"client": "client 1"}
+    assert len(activations) == 1  # once per process
+
+    RosterEntry.objects.filter(pk="act").update(status=ExtensionStatus.STOPPED, reason="x")
+    extension_resume(extension_id="act", actor="staff")
+
+    assert client.get("/v1/ext/act/me").json() == {"client": "client 2"}
+    assert status("act") == ExtensionStatus.RUNNING
+
+
+def test_a_failing_activate_before_a_route_stops_the_extension_and_the_route_never_runs(
+    install, api, member
+):
+    def activate(client):
+        raise RuntimeError("no credentials")
+
+    ext, _ = make_activated_ext(activate)
+    install(ext)
+
+    response = api(member).get("/v1/ext/act/me")
+
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == (
+        "Extension act is stopped: activation defect: no credentials"
+    )
+    row = RosterEntry.objects.get(pk="act")
+    assert row.status == ExtensionStatus.STOPPED
+    assert row.failing_hook == "activation"
+    assert row.reason == "activation defect: no credentials"

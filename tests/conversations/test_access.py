@@ -42,14 +42,48 @@ RUNTIME_ENDPOINTS = [
 ]
 
 
+# conversation-scoped endpoints with input that does not validate: the access checks answer
+# first (401, 404, 403), the input's 400 only reaches callers who may act (spec 01, access)
+MALFORMED_JSON = "{"
+INVALID_INPUT_ENDPOINTS = [
+    ("get", "/v1/conversations/c/entries?limit=0", None, "read", 400),
+    ("get", "/v1/conversations/c/interactions?limit=0", None, "read", 400),
+    ("get", "/v1/conversations/c/interactions?status=bogus", None, "read", 400),
+    ("patch", "/v1/conversations/c", {"bogus": 1}, "write", 400),
+    ("post", "/v1/conversations/c/fork", {"bogus": 1}, "write", 400),
+    ("post", "/v1/conversations/c/submissions", {"bogus": 1}, "write", 400),
+    ("post", "/v1/conversations/c/interactions/abc/answer", {"bogus": 1}, "write", 400),
+    ("post", "/v1/conversations/c/interactions/abc/answer", MALFORMED_JSON, "write", 400),
+    ("post", "/v1/conversations/c/commands/help", {"bogus": 1}, "write", 400),
+    ("post", "/v1/conversations/c/commands/help", MALFORMED_JSON, "write", 400),
+    ("post", "/v1/conversations/c/extensions/x/commands/y", MALFORMED_JSON, "write", 400),
+]
+
+# conversation-scoped writes as a read-scope token sees them (no extension is installed: an
+# extension command that got past access would answer 503, an unknown interaction 404)
+CAPABILITY_ENDPOINTS = [
+    ("get", "/v1/conversations/c/interactions", None, "read", 200),
+    ("get", "/v1/conversations/c/projection", None, "read", 200),
+    ("post", "/v1/conversations/c/commands/help", {}, "write", 200),
+    ("post", "/v1/conversations/c/extensions/x/commands/y", {}, "write", 503),
+    ("post", "/v1/conversations/c/interactions/abc/answer", {"answer": 1}, "write", 404),
+]
+
+
+def send(client, method: str, path: str, body):
+    if isinstance(body, str):  # a raw (malformed) JSON body
+        return getattr(client, method)(path, body, content_type="application/json")
+    return getattr(client, method)(path, body, format="json")
+
+
 def expected(persona: str, sharing: str, kind: str, success: int) -> int:
     if persona in ("owner", "admin"):
         return success
     if persona == "anonymous":
-        return 200 if (kind == "read" and sharing == "public") else 401
+        return success if (kind == "read" and sharing == "public") else 401
     if sharing == "private":
         return 404
-    return 200 if kind == "read" else 403
+    return success if kind == "read" else 403
 
 
 @pytest.fixture
@@ -109,6 +143,87 @@ def test_a_missing_conversation_looks_exactly_like_a_private_one(client_for, kit
     anonymous = client_for("anonymous")
     for path in ("/v1/conversations/c", "/v1/conversations/nope"):
         assert anonymous.get(path).status_code == 401
+
+
+@pytest.mark.parametrize("sharing", SHARINGS)
+@pytest.mark.parametrize("persona", PERSONAS)
+@pytest.mark.parametrize(("method", "path", "body", "kind", "success"), INVALID_INPUT_ENDPOINTS)
+def test_access_is_checked_before_the_input(
+    world, client_for, persona, sharing, method, path, body, kind, success
+):
+    world(sharing)
+    before = (Submission.objects.count(), Conversation.objects.count())
+    response = send(client_for(persona), method, path, body)
+    want = expected(persona, sharing, kind, success)
+    assert response.status_code == want, (response.status_code, response.content)
+    assert set(response.json()) == {"error"}
+    if want == 404:
+        assert response.json()["error"]["message"] == "Conversation not found"
+    if want == 401:
+        assert response["WWW-Authenticate"].startswith("Bearer")
+    assert (Submission.objects.count(), Conversation.objects.count()) == before
+
+
+@pytest.mark.parametrize("sharing", SHARINGS)
+@pytest.mark.parametrize("persona", ["owner", "other", "admin"])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "kind", "success"), CONVERSATION_ENDPOINTS + CAPABILITY_ENDPOINTS
+)
+def test_a_read_token_gets_404_before_403(
+    world, client_for, persona, sharing, method, path, body, kind, success
+):
+    ids = world(sharing)
+    reader = client_for(persona, scope="read")
+    response = send(reader, method, fill(path, ids), fill(body, ids))
+    if persona == "other" and sharing == "private":
+        want = 404
+    else:
+        want = success if kind == "read" else 403
+    assert response.status_code == want, (response.status_code, response.content)
+    if kind == "write":
+        missing = send(
+            reader,
+            method,
+            fill(path, ids).replace("/conversations/c", "/conversations/nope", 1),
+            fill(body, ids),
+        )
+        assert missing.status_code == 404, missing.content
+        assert missing.json()["error"]["message"] == "Conversation not found"
+
+
+def test_writes_outside_a_conversation_still_refuse_a_read_token(client_for):
+    reader = client_for("owner", scope="read")
+    for path, body in (
+        ("/v1/conversations", {"id": "mine"}),
+        ("/v1/extensions/x/commands/y", {}),
+    ):
+        response = reader.post(path, body, format="json")
+        assert response.status_code == 403, (path, response.content)
+        assert response.json()["error"]["cause"] == "forbidden"
+    assert not Conversation.objects.filter(pk="mine").exists()
+
+
+def test_every_conversation_scoped_write_refuses_a_read_token(world, client_for):
+    """The read-token refusal of a conversation-scoped write is `conversation_get(write=True)`'s
+    (core.permissions defers to it): every such operation of the schema must reach it."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    ids = world("private")
+    reader = client_for("owner", scope="read")
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    checked = []
+    for template, item in schema["paths"].items():
+        if "{conversation_id}" not in template:
+            continue
+        for method in set(item) & {"post", "put", "patch", "delete"}:
+            path = template.replace("{conversation_id}", "c").replace(
+                "{submission_id}", str(ids["queued"])
+            )
+            response = send(reader, method, path.replace("{", "").replace("}", ""), {})
+            assert response.status_code == 403, (method, template, response.content)
+            checked.append((method, template))
+    assert len(checked) >= 8
+    assert Submission.objects.count() == 2
 
 
 def test_a_read_token_reads_but_cannot_write(client_for, world):

@@ -329,3 +329,16 @@ def test_deeply_nested_json_is_a_400(setup):
     _, call = setup
     response = call("submit", data='{"parts": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert response.status_code == 400
+
+
+def test_an_unusable_conversation_id_on_an_entry_append_is_a_404(setup, api):
+    """The runtime's append checks the path id before any query (a NUL would be a driver
+    error on PostgreSQL, not an answer)."""
+    valid, _ = setup
+    before = counts()
+    service = api("service")
+    for cid in ("%00", "a%00b", "a%0A", "a" * 65, "%F0%9F%98%80", "a.b"):
+        response = service.post(f"/v1/conversations/{cid}/entries", valid("append"), format="json")
+        assert response.status_code == 404, (cid, response.status_code, response.content)
+        assert response.json()["error"]["message"] == "Conversation not found"
+    assert counts() == before

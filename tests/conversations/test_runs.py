@@ -115,6 +115,58 @@ def test_a_rejected_capture_releases_the_run_and_requeues_its_inputs(kit, runtim
     assert runtime.post("/v1/runs/claim", {}, format="json").status_code == 201
 
 
+def test_a_claim_retried_with_its_key_after_a_422_claims_afresh(kit, runtime, monkeypatch):
+    """Spec 01: after a 422 the runtime claims again; a released run is never replayed."""
+    kit.conversation()
+    submission = kit.submit()
+
+    def reject(run):
+        raise capture.CaptureRejected(HostError("extensions", "rejected", "Prompt is invalid"))
+
+    monkeypatch.setattr("conversations.services.runs.run_capture", reject)
+    first = runtime.post("/v1/runs/claim", {"claim_key": "k1"}, format="json")
+    assert first.status_code == 422
+    monkeypatch.undo()
+    again = runtime.post("/v1/runs/claim", {"claim_key": "k1"}, format="json")
+    assert again.status_code == 201, again.content
+    assert again.json()["status"] == "claimed"
+    assert [i["id"] for i in again.json()["inputs"]] == [submission.pk]
+    released = Run.objects.get(status="released")
+    assert released.claim_key is None
+    assert Run.objects.get(status="claimed").claim_key == "k1"
+    # and the key now names the live run
+    replay = runtime.post("/v1/conversations/c1/runs", {"claim_key": "k1"}, format="json")
+    assert (replay.status_code, replay.json()["id"]) == (200, again.json()["id"])
+
+
+def test_a_claim_retried_with_its_key_after_its_lease_expired_claims_afresh(
+    kit, runtime, fake_clock, settings
+):
+    settings.RUN_LEASE_SECONDS = 60
+    kit.conversation()
+    submission = kit.submit()
+    run = kit.claim(claim_key="lost")
+    fake_clock.advance(seconds=61)
+    assert services.runs_expire_leases() == (1, False)
+    again = runtime.post("/v1/conversations/c1/runs", {"claim_key": "lost"}, format="json")
+    assert again.status_code == 201, again.content
+    assert again.json()["id"] != run.pk
+    assert [i["id"] for i in again.json()["inputs"]] == [submission.pk]
+
+
+def test_a_released_run_still_holding_its_claim_key_is_not_replayed(kit, runtime):
+    """Rows released before releases gave up their key: the retry claims afresh too."""
+    kit.conversation()
+    kit.submit()
+    old = kit.claim(claim_key="k1")
+    Run.objects.filter(pk=old.pk).update(status="released")
+    Submission.objects.update(status="queued", run=None)
+    again = runtime.post("/v1/runs/claim", {"claim_key": "k1"}, format="json")
+    assert again.status_code == 201, again.content
+    assert again.json()["id"] != old.pk
+    assert Run.objects.get(pk=old.pk).claim_key is None
+
+
 def test_a_heartbeat_extends_the_lease_from_now(kit, runtime, fake_clock, settings):
     settings.RUN_LEASE_SECONDS = 60
     kit.conversation()

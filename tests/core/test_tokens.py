@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import base64
 import datetime as dt
 
 import pytest
 from django.utils import timezone
 
+from core.errors import HostError
 from core.models import ApiToken
+from core.services import token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -23,11 +26,12 @@ def test_a_created_token_authenticates_and_is_stored_only_as_a_digest(api, owner
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     listing = client.get("/v1/auth/tokens")
     assert listing.status_code == 200
-    assert [t["prefix"] for t in listing.json()] == [
+    results = listing.json()["results"]
+    assert [t["prefix"] for t in results] == [
         row.prefix,
         *[t.prefix for t in ApiToken.objects.filter(user=owner).exclude(pk=row.pk)],
     ]
-    assert "token" not in listing.json()[0]
+    assert "token" not in results[0]
 
 
 def test_a_read_token_cannot_write(api, owner):
@@ -84,3 +88,83 @@ def test_both_service_tokens_work_for_rotation(api):
 
 def test_healthz_is_public(client):
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_the_token_list_is_cursor_paginated_newest_first(api, owner, outsider):
+    client = api(owner)  # its own token is the oldest
+    for n in range(4):
+        token_create(user=owner, name=f"t{n}", scope="read", expires_at=None)
+    api(outsider)
+    mine = list(ApiToken.objects.filter(user=owner).order_by("-id").values_list("pk", flat=True))
+    first = client.get("/v1/auth/tokens", {"limit": 2})
+    assert first.status_code == 200
+    body = first.json()
+    assert set(body) == {"next", "previous", "results"}
+    assert [t["id"] for t in body["results"]] == mine[:2]
+    seen = [t["id"] for t in body["results"]]
+    url = body["next"]
+    while url:
+        page = client.get(url).json()
+        seen += [t["id"] for t in page["results"]]
+        url = page["next"]
+    assert seen == mine
+    assert [t["id"] for t in client.get("/v1/auth/tokens").json()["results"]] == mine
+
+
+@pytest.mark.parametrize("query", ["limit=101", "limit=0", "limit=abc", "limit="])
+def test_a_token_list_limit_out_of_bounds_is_a_400(api, owner, query):
+    response = api(owner).get(f"/v1/auth/tokens?{query}")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["cause"] == "invalid"
+    assert "limit" in response.json()["error"]["details"]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "%00",
+        "a%00b",
+        base64.b64encode(b"p=abc").decode(),
+        base64.b64encode(b"p=99999999999999999999999").decode(),
+        base64.b64encode(b"p=%00").decode(),
+        base64.b64encode(b"p=-1").decode(),
+    ],
+)
+def test_a_forged_token_list_cursor_is_a_400(api, owner, cursor):
+    response = api(owner).get(f"/v1/auth/tokens?cursor={cursor}")
+    assert response.status_code == 400, response.content
+    assert "cursor" in response.json()["error"]["details"]
+
+
+def test_token_expiry_is_judged_on_the_host_clock(api, owner, fake_clock):
+    """Spec 02 §6: expiry is a due time, compared on the one injectable host clock."""
+    from rest_framework.test import APIClient
+
+    from core import clock
+
+    fake_clock.set(clock.to_ms(timezone.now() + dt.timedelta(days=3650)))  # far ahead of the wall
+    _, raw = token_create(
+        user=owner, name="soon", scope="read", expires_at=clock.now() + dt.timedelta(hours=1)
+    )
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get("/v1/auth/tokens").status_code == 200
+    fake_clock.advance(seconds=3600)
+    assert client.get("/v1/auth/tokens").status_code == 401
+
+
+def test_a_token_expiring_after_the_host_clocks_now_can_be_created_and_used(owner, fake_clock):
+    from rest_framework.test import APIClient
+
+    from core import clock
+
+    fake_clock.set(clock.to_ms(timezone.now() - dt.timedelta(days=3650)))  # far behind the wall
+    expires = clock.now() + dt.timedelta(hours=1)
+    _, raw = token_create(user=owner, name="later", scope="read", expires_at=expires)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get("/v1/auth/tokens").status_code == 200
+    with pytest.raises(HostError) as refused:
+        token_create(user=owner, name="past", scope="read", expires_at=clock.now())
+    assert refused.value.message == "Token expiry must be in the future"

@@ -10,9 +10,14 @@ from django.contrib.admin import helpers
 from core.models import AuditEntry
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import run_frame
+from extensions_host.services.quotas import (
+    MSG_QUOTA_NOT_COUNT,
+    MSG_QUOTA_UNKNOWN,
+    MSG_QUOTAS_NOT_OBJECT,
+)
 
 from .conftest import fire_timer, roster
-from .exts import Item, make_ext
+from .exts import ALL_GRANTS, Item, make_ext
 
 CHANGELIST = "/admin/extensions_host/rosterentry/"
 
@@ -83,3 +88,71 @@ def test_purge_deletes_only_an_uninstalled_extensions_data(install, console):
     audit = AuditEntry.objects.get(action="extension_purged")
     assert (audit.detail["records"], audit.detail["documents"]) == (1, 0)
     assert {"timers", "settled_cursor", "lifecycle_deliveries"} <= set(audit.detail)
+
+
+# --- per-extension quotas ----------------------------------------------------------------------
+
+
+def change_form(**changes: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "admitted_grants": sorted(ALL_GRANTS),
+        "auto_resume": "on",
+        "deadline_seconds": "",
+        "quotas": "{}",
+    }
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("posted", "errors"),
+    [
+        ('["max_records"]', [MSG_QUOTAS_NOT_OBJECT]),
+        ('"max_records"', [MSG_QUOTAS_NOT_OBJECT]),
+        ("7", [MSG_QUOTAS_NOT_OBJECT]),
+        ('{"max_recordz": 5}', [MSG_QUOTA_UNKNOWN.format(name="'max_recordz'")]),
+        ('{"max_records": -1}', [MSG_QUOTA_NOT_COUNT.format(name="max_records")]),
+        ('{"max_records": "5"}', [MSG_QUOTA_NOT_COUNT.format(name="max_records")]),
+        ('{"max_bytes": 1.5}', [MSG_QUOTA_NOT_COUNT.format(name="max_bytes")]),
+        ('{"max_timers": true}', [MSG_QUOTA_NOT_COUNT.format(name="max_timers")]),
+        ('{"max_attention": null}', [MSG_QUOTA_NOT_COUNT.format(name="max_attention")]),
+        (
+            '{"max_records": [1], "nope": 1}',
+            [
+                MSG_QUOTA_NOT_COUNT.format(name="max_records"),
+                MSG_QUOTA_UNKNOWN.format(name="'nope'"),
+            ],
+        ),
+        ("not json", ["Enter a valid JSON."]),
+    ],
+)
+def test_malformed_quotas_are_refused_per_key_and_nothing_is_saved(
+    install, console, posted, errors
+):
+    install(make_ext("alpha"))
+    RosterEntry.objects.filter(pk="alpha").update(quotas={"max_records": 9})
+
+    page = console.post(f"{CHANGELIST}alpha/change/", change_form(quotas=posted, auto_resume=""))
+
+    assert page.status_code == 200
+    assert page.context["adminform"].form.errors["quotas"] == errors
+    row = roster("alpha")
+    assert row.quotas == {"max_records": 9}
+    assert row.auto_resume is True  # the other fields of the refused form are not saved either
+
+
+@pytest.mark.parametrize(
+    ("posted", "stored"),
+    [
+        ('{"max_records": 5, "max_bytes": 0}', {"max_records": 5, "max_bytes": 0}),
+        ("{}", {}),
+    ],
+)
+def test_valid_quotas_are_saved(install, console, posted, stored):
+    install(make_ext("alpha"))
+    RosterEntry.objects.filter(pk="alpha").update(quotas={"max_timers": 9})
+
+    saved = console.post(f"{CHANGELIST}alpha/change/", change_form(quotas=posted))
+
+    assert saved.status_code == 302
+    assert roster("alpha").quotas == stored

@@ -285,3 +285,38 @@ def test_a_failing_projection_hook_runs_once_and_the_others_still_project(
     assert slots["b2"]["reason"] == "project defect: no"
     assert slots["a1"]["value"] == slots["c3"]["value"] == {"count": 2}
     assert roster("a1").status == roster("c3").status == ExtensionStatus.RUNNING
+
+
+def test_the_schema_declares_the_detail_settled_and_timers_sections():
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    components = schema["components"]["schemas"]
+    detail = components["ExtensionDetail"]["properties"]
+
+    def section(name: str) -> dict[str, Any]:
+        ref = next(item["$ref"] for item in detail[name]["allOf"])
+        assert detail[name]["nullable"] is True  # null without the grant
+        return components[ref.rsplit("/", 1)[-1]]
+
+    settled = section("settled")
+    assert set(settled["properties"]) == {"cursor", "core_cursor", "lag"}
+    assert settled["properties"]["lag"]["nullable"] is True
+    timers = section("timers")
+    assert set(timers["properties"]) == {"pending", "due", "oldest_due_age_ms", "max_timers"}
+    assert timers["properties"]["oldest_due_age_ms"]["nullable"] is True
+
+
+def test_the_detail_sections_are_what_the_schema_declares(seeded, api):
+    body = api(seeded).get("/v1/extensions/board").json()
+    assert set(body["settled"]) == {"cursor", "core_cursor", "lag"}
+    assert body["settled"]["lag"] == body["settled"]["core_cursor"] - body["settled"]["cursor"]
+    assert body["timers"] == {
+        "pending": 0,
+        "due": 0,
+        "oldest_due_age_ms": None,
+        "max_timers": 10_000,
+    }
+    quiet = api(seeded).get("/v1/extensions/quiet").json()
+    assert quiet["settled"] is None
+    assert quiet["timers"] is None

@@ -381,6 +381,62 @@ def test_a_host_transient_database_error_is_retried_and_stops_nothing(install):
     ]
 
 
+def test_a_lock_timeout_that_took_the_hook_past_its_deadline_is_retried_not_a_stop(install):
+    """A lock wait that ends (55P03) only after the deadline passed is still host trouble."""
+    from extensions_host.runtime.current import current_frame
+
+    attempts: list[int] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        attempts.append(1)
+        ctx.collection("item").put(Item(key="k", n=len(attempts)))
+        if len(attempts) == 1:
+            frame = current_frame()
+            assert frame is not None
+            frame.started -= frame.deadline_s + 1  # as if it had waited that long for the lock
+            error = OperationalError("canceling statement due to lock timeout")
+            error.sqlstate = "55P03"  # type: ignore[attr-defined]
+            raise error
+
+    install(make_ext("alpha", on_timer=hook))
+
+    outcome = fire_timer("alpha")
+
+    assert outcome.ok, outcome
+    assert len(attempts) == 2
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert records("alpha") == ["k"]
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        (["not", "an", "object"], {}),
+        ("garbage", {}),
+        ({"max_timers": "lots", "max_records": 5, "bogus": 1}, {"max_records": 5}),
+    ],
+)
+def test_a_frame_ignores_garbage_in_the_stored_quota_overrides(install, stored, expected):
+    from extensions_host.models import RosterEntry
+    from extensions_host.runtime.current import current_frame
+
+    seen: list[dict[str, int]] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        frame = current_frame()
+        assert frame is not None
+        seen.append(frame.quotas)
+
+    install(make_ext("alpha", on_timer=hook))
+    RosterEntry.objects.filter(pk="alpha").update(quotas=stored)
+
+    outcome = fire_timer("alpha")
+
+    assert outcome.ok, outcome
+    assert seen == [expected]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
 def test_retry_rolls_back_keeps_running_and_is_bounded(install):
     def hook(ctx: Any, timer: Any) -> None:
         ctx.collection("item").put(Item(key="k"))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from extensions_host.models import ExtensionRecord, ExtensionStatus
 from extensions_host.runtime import extension_stop, run_frame
@@ -186,3 +186,64 @@ def test_concurrent_syncs_are_serialised(install):
     assert not [r for r in results if isinstance(r, BaseException)]
     assert sum(len(r.installed) for r in results) == 1
     assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_frames_lock_waits_end_well_before_its_deadline(install):
+    seen: list[tuple[str, str]] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')"
+            )
+            seen.append(cursor.fetchone())
+
+    install(make_ext("alpha", on_timer=hook))
+
+    assert fire_timer("alpha", deadline_s=4).ok
+
+    assert seen == [("4s", "2s")]
+
+
+@pytest.mark.parametrize("where", ["main thread", "other thread"])
+def test_a_lock_timeout_inside_a_hook_is_retried_and_never_stops_the_extension(install, where):
+    """Another connection holds the row the hook writes: its lock wait times out (55P03) before
+    the deadline (SIGALRM on the main thread, the elapsed check elsewhere), and the step is
+    retried, not a deadline stop."""
+    attempts: list[int] = []
+    held, release = threading.Event(), threading.Event()
+
+    def hook(ctx: Any, timer: Any) -> None:
+        attempts.append(1)
+        if len(attempts) > 1:
+            release.set()  # the holder commits now: this attempt gets the row
+        ctx.collection("item").put(Item(key="k", n=len(attempts)))
+
+    install(make_ext("alpha", on_timer=hook))
+    run_frame(
+        extension_id="alpha",
+        hook="test",
+        call=lambda ctx: ctx.collection("item").put(Item(key="k")),
+    )
+
+    def hold() -> None:
+        with transaction.atomic():
+            ExtensionRecord.objects.select_for_update().get(extension_id="alpha", key="k")
+            held.set()
+            assert release.wait(timeout=20)
+
+    holder, _ = in_thread(hold)
+    assert held.wait(timeout=20)
+    if where == "main thread":
+        outcome = fire_timer("alpha", deadline_s=1)
+    else:
+        thread, result = in_thread(lambda: fire_timer("alpha", deadline_s=1))
+        thread.join(timeout=30)
+        outcome = result[0]
+    release.set()
+    holder.join(timeout=30)
+
+    assert outcome.ok, outcome
+    assert len(attempts) == 2
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert ExtensionRecord.objects.get().value.startswith('{"key":"k","n":2')

@@ -66,6 +66,22 @@ def test_without_auto_admit_grants_wait_for_staff_and_gate_hooks(install, settin
     assert AuditEntry.objects.filter(action="extension_grants_admitted", actor="staff").exists()
 
 
+def test_auto_admit_keeps_a_staff_revocation_and_admits_only_newly_requested_grants(
+    install, settings
+):
+    settings.HOST_AUTO_ADMIT = True
+    install(make_ext("alpha", grants={"state", "timers"}))
+    extension_admit_grants(extension_id="alpha", grants=["state"], actor="staff")
+
+    install(make_ext("alpha", grants={"state", "timers"}))  # every process syncs at start
+    assert roster("alpha").admitted_grants == ["state"]
+
+    install(make_ext("alpha", grants={"state", "timers", "commands"}))  # a new version asks more
+    row = roster("alpha")
+    assert row.admitted_grants == ["commands", "state"]
+    assert row.pending_grants == ["timers"]
+
+
 def test_staff_cannot_admit_a_grant_that_was_not_requested(install):
     from core.errors import HostError
 

@@ -129,7 +129,7 @@ def test_token_lists_hold_only_the_callers_tokens_and_a_foreign_token_cannot_be_
 ):
     world = build_world("users")
     other = client_for("other")
-    listed = other.get("/v1/auth/tokens").json()
+    listed = other.get("/v1/auth/tokens").json()["results"]
     foreign = ApiToken.objects.exclude(user=member).values_list("pk", flat=True)
     assert listed and not {row["id"] for row in listed} & set(foreign)
     response = other.delete(f"/v1/auth/tokens/{world.ids['token_id']}")

@@ -9,6 +9,7 @@ route's limit is the one the middleware applies to its path (`HOST_MAX_BODY_BYTE
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -108,4 +109,20 @@ def test_a_chunked_body_over_the_limit_is_413_through_gunicorn(tmp_path, transac
         assert over.json()["error"]["cause"] == "too_large"
         fits = http.post("/v1/conversations", content=chunks(limit), headers=headers)
         assert fits.status_code == 400  # read whole and parsed: blank JSON is malformed
+
+        def body(data: dict):
+            yield json.dumps(data).encode()  # a generator: httpx sends it chunked
+
+        unknown = http.post(
+            "/v1/conversations", content=body({"id": "chunk-1", "bogus": 1}), headers=headers
+        )
+        assert unknown.status_code == 400, unknown.text[:300]
+        assert "bogus" in unknown.json()["error"]["details"]
+        made = http.post(
+            "/v1/conversations",
+            content=body({"id": "chunk-1", "sharing": "public"}),
+            headers=headers,
+        )
+        assert made.status_code == 201, made.text[:300]
+        assert (made.json()["id"], made.json()["sharing"]) == ("chunk-1", "public")
         assert "Traceback" not in server.output()

@@ -11,7 +11,7 @@ from conversations.models import Conversation
 from core import clock
 from extensions_host.models import ExtensionStatus
 from extensions_host.runtime import extension_stop
-from extensions_host.sdk import StateError
+from extensions_host.sdk import AdmissionError, StateError
 from extensions_host.services.roster import extension_admit_grants, extension_resume
 from extensions_host.surfaces.models import AttentionItem
 from extensions_host.surfaces.selectors import attention_visible
@@ -195,13 +195,21 @@ def test_expired_items_do_not_count_against_the_bound(install, conversation, fak
     assert in_frame("watch", set_items(item("b"))).ok
 
 
-def test_without_the_attention_grant_setting_is_unavailable(install, conversation):
+def test_without_the_attention_grant_setting_is_refused_as_closed(install, conversation):
     install(make_ext("watch", grants={"state"}))
     conversation("c1")
 
-    outcome = in_frame("watch", captured(lambda ctx: ctx.attention.set("c1", item())))
+    def refused(ctx: Any) -> AdmissionError | None:
+        try:
+            ctx.attention.set("c1", item())
+        except AdmissionError as exc:
+            return exc
+        return None
 
-    assert outcome.value.kind == "unavailable"
+    outcome = in_frame("watch", refused)
+
+    assert outcome.value.kind == "closed"
+    assert outcome.value.message == "Extension is not granted attention"
 
 
 def test_a_stop_hides_the_items_everywhere_and_a_resume_shows_them_again(install, conversation):

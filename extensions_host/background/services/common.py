@@ -3,6 +3,7 @@ coalesced delivery kicks, and enqueueing after commit."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -74,11 +75,11 @@ def kick_ensure(channel: str, extension_ids: Iterable[str]) -> None:
 
 
 def kick(
-    channel: str, extension_ids: Iterable[str] | None = None, *, running_only: bool = False
+    channel: str, extension_ids: Iterable[str] | None = None, *, running_with: str | None = None
 ) -> list[str]:
     """Flip the kick flag of these consumers (all of the channel's when None; only those of
-    running extensions with `running_only`); returns the ones whose flag this call flipped —
-    exactly those need a task enqueued."""
+    running extensions with the grant `running_with` admitted, when given); returns the ones
+    whose flag this call flipped — exactly those need a task enqueued."""
     now = clock.now_ms()
     table = connection.ops.quote_name(Kick._meta.db_table)
     params: list[Any] = [True, now, channel, False, now - KICK_STALE_MS]
@@ -89,10 +90,19 @@ def kick(
             return []
         where += f" AND extension_id IN ({', '.join(['%s'] * len(ids))})"
         params.extend(ids)
-    if running_only:
+    if running_with is not None:
+        # grants gate everything (spec 02 §2): a consumer whose grant was withdrawn is not kicked
         roster = connection.ops.quote_name(RosterEntry._meta.db_table)
-        where += f" AND extension_id IN (SELECT id FROM {roster} WHERE status = %s)"  # noqa: S608
-        params.append(ExtensionStatus.RUNNING.value)
+        if connection.vendor == "postgresql":
+            granted = f"SELECT id FROM {roster} WHERE status = %s AND admitted_grants @> %s::jsonb"  # noqa: S608
+            params.extend([ExtensionStatus.RUNNING.value, json.dumps([running_with])])
+        else:  # SQLite keeps JSON as text: match the list's elements with json_each
+            granted = (
+                f"SELECT r.id FROM {roster} r, json_each(r.admitted_grants) g "  # noqa: S608
+                "WHERE r.status = %s AND g.value = %s"
+            )
+            params.extend([ExtensionStatus.RUNNING.value, running_with])
+        where += f" AND extension_id IN ({granted})"
     # One statement: rows already pending are not touched (and not locked), so a burst of
     # triggers (one per settle) costs one cheap UPDATE each and enqueues one task per consumer.
     sql = (

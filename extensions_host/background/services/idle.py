@@ -49,10 +49,29 @@ def conversations_detect_idle(*, limit: int = IDLE_PAGE) -> tuple[int, bool]:
     more = len(page) == limit
     # ties at the last instant are re-read next time and excluded by their marks
     next_watermark = page[-1][1] if more else cutoff
-    Mark.objects.update_or_create(
-        name=IDLE_WATERMARK, defaults={"value": clock.to_ms(next_watermark)}
-    )
+    _watermark_advance(read_ms=watermark_ms, to_ms=clock.to_ms(next_watermark))
     return emitted, more
+
+
+def idle_watermark_lower(*, activity_at: dt.datetime) -> None:
+    """An unarchived conversation: lower the idle scan's watermark to its last activity, so
+    the next sweep sees it (the scan passed it over while it was archived). Its idle mark
+    still keeps it to one `conversation_idle` per idle period. Called in the unarchiving
+    transaction (after the conversation row lock: the lock order conversation → mark)."""
+    to_ms = clock.to_ms(activity_at)
+    if not Mark.objects.filter(name=IDLE_WATERMARK, value__gt=to_ms).update(value=to_ms):
+        # no watermark yet (the scan is unbounded) or already low enough; a sweep that read
+        # "no watermark" must not then set one above this conversation
+        Mark.objects.get_or_create(name=IDLE_WATERMARK, defaults={"value": to_ms})
+
+
+def _watermark_advance(*, read_ms: int | None, to_ms: int) -> None:
+    """Compare-and-set from the value this sweep read: an unarchive that lowered the watermark
+    meanwhile wins, and the next sweep starts from there."""
+    if read_ms is not None:
+        Mark.objects.filter(name=IDLE_WATERMARK, value=read_ms).update(value=to_ms)
+    elif not Mark.objects.filter(name=IDLE_WATERMARK, value__isnull=True).update(value=to_ms):
+        Mark.objects.get_or_create(name=IDLE_WATERMARK, defaults={"value": to_ms})
 
 
 def _idle_emit(

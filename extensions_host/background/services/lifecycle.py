@@ -6,7 +6,9 @@ API is in `reader`, `shutdown` in `shutdown`, idle detection in `idle`.)
 2. **Fan-out** (`lifecycle_fanout`): events without a fan-out mark are turned into one pending
    `LifecycleDelivery` per subscribed extension (lifecycle granted, not uninstalled — stopped
    ones too, so they catch up after resume — with a handler for the kind or a worker that
-   wakes on it), and marked, in one transaction. Outbox ids come from a sequence, so a smaller
+   wakes on it), and marked, in one transaction. A process that does not have every such
+   extension loaded at the roster's revision (a rolling deploy) fans out nothing: the events
+   stay unmarked for a process that does. Outbox ids come from a sequence, so a smaller
    id can commit after a larger one; the fan-out never uses an id watermark, it looks for
    unmarked events, so a late commit is fanned out by the next pass.
 3. **Delivery** (`lifecycle_deliver`): per extension, one deliverer at a time (its consumer row
@@ -74,30 +76,49 @@ def subscribed_kinds(loaded: LoadedExtension) -> frozenset[str]:
     return frozenset(kinds & LIFECYCLE_EVENTS)
 
 
-def subscribers() -> dict[str, frozenset[str]]:
+def subscribers() -> dict[str, frozenset[str]] | None:
     """Extension id → kinds, for every lifecycle-granted extension that is not uninstalled
-    (stopped ones included: they receive their events after resume), loaded here at the
-    roster's revision."""
+    (stopped ones included: they receive their events after resume).
+
+    None when one of them is not loaded here at the roster's revision (a rolling deploy): this
+    process cannot tell what that extension subscribes to, and an event marked fanned out never
+    reaches it, so this process fans out nothing and the events wait for a process that has
+    every subscriber's code — as a timer of such an extension waits for one (spec 02 §2,
+    mixed versions)."""
     loaded = registry.loaded()
-    rows = (
-        RosterEntry.objects.filter(pk__in=list(loaded))
-        .exclude(status=ExtensionStatus.UNINSTALLED)
-        .values_list("id", "revision", "admitted_grants")
+    rows = RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED).values_list(
+        "id", "revision", "admitted_grants"
     )
     result: dict[str, frozenset[str]] = {}
+    unknown: list[str] = []
     for ext_id, revision, grants in rows:
-        if "lifecycle" not in (grants or []) or loaded[ext_id].revision != revision:
+        if "lifecycle" not in (grants or []):
             continue
-        kinds = subscribed_kinds(loaded[ext_id])
+        here = loaded.get(ext_id)
+        if here is None or here.revision != revision:
+            unknown.append(ext_id)
+            continue
+        kinds = subscribed_kinds(here)
         if kinds:
             result[ext_id] = kinds
+    if unknown:
+        logger.info(
+            "lifecycle fan-out left to another process: not loaded here at the roster's "
+            "revision: %s",
+            ", ".join(sorted(unknown)),
+        )
+        return None
     return result
 
 
 def lifecycle_fanout(*, limit: int = FANOUT_PAGE) -> tuple[set[str], bool]:
     """Fan one page of unmarked outbox events out to their subscribers. Returns (extensions
-    that got deliveries, more events may be waiting)."""
+    that got deliveries, more events may be waiting). A process that lacks a subscriber's code
+    at the roster's revision fans out nothing (and reports nothing more: the next tick's task,
+    on any process, tries again)."""
     subs = subscribers()
+    if subs is None:
+        return set(), False
 
     def step() -> tuple[set[str], int]:
         with transaction.atomic(durable=True):

@@ -76,6 +76,8 @@ def settled_lag(*, extension_id: str) -> dict[str, Any]:
     }
 
 
+GRANT = "settled"
+
 # frames per delivery page in the task body (each frame hands one batch to the hook)
 PAGE_FRAMES = 64
 
@@ -97,6 +99,11 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
 
     def body(page: FramePage) -> _Delivered:
         page.lock([extension_id])  # the roster row first, as every frame takes it
+        row = page.rows.get(extension_id)
+        if row is not None and GRANT not in row.admitted_grants:
+            # grants gate everything (spec 02 §2): no delivery, the cursor waits where it is
+            # (admitted again, the consumer catches up on what it missed, like after a resume)
+            return _Delivered()
         cursor = _cursor_claim(extension_id)
         if cursor is None:  # another worker is delivering to this consumer right now, or none
             return _Delivered(missing=not SettledCursor.objects.filter(pk=extension_id).exists())
@@ -207,10 +214,11 @@ def settled_sweep() -> list[str]:
 
 
 def settled_notify() -> list[str]:
-    """After a settle commits: kick every running consumer (one task each, coalesced). One
-    statement per settle: consumers have kick rows from their cursor's creation on; a consumer
-    whose grant was withdrawn is kicked at most once more, and its task finds nothing to do."""
-    return _enqueue(kick(CHANNEL_SETTLED, running_only=True))
+    """After a settle commits: kick every running consumer with the `settled` grant admitted
+    (one task each, coalesced). One statement per settle: consumers have kick rows from their
+    cursor's creation on; one whose grant was withdrawn is not kicked (its cursor waits, and it
+    catches up when the grant is admitted again: beat's sweep kicks it)."""
+    return _enqueue(kick(CHANNEL_SETTLED, running_with=GRANT))
 
 
 def settled_after_commit() -> None:

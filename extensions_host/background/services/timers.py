@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from core import clock
+from core.db import BIGINT_MAX
 from extensions_host import registry
 from extensions_host.background.models import Timer
 from extensions_host.background.services.common import eligible_ids, page_with_retries
@@ -64,7 +65,6 @@ PUMP_GATHER_MS = 5  # the pump's shortest wait: a few timers per page instead of
 LEASE_MARGIN_MS = 60_000  # a pump or helper lease outlives its sweep's budget by the task's limit
 HELP_LATE_MS = 10  # a page whose oldest timer is later than this asks for a helper sweep
 REFRESH_S = 1.0  # a sweep re-reads the eligible extensions, and may ask for help, this often
-BIGINT_MAX = 2**63 - 1
 MSG_INSTANT_INVALID = "A timer instant must be a non-negative integer (epoch milliseconds)"
 
 # frame.scratch keys (per-frame bookkeeping of this capability)

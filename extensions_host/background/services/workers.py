@@ -5,9 +5,11 @@ wins) in the delivering frame and, after commit, enqueues a run. A run claims th
 (compare-and-set on a token with a lease, so one run at a time across the cluster), takes the
 pending wake, and calls `run(ctx, wake)` **outside** any transaction (it may call slow
 services; it writes through `ctx.transact`, whose defects stop the extension as in any frame).
-A run that raises or overruns its deadline is recorded as failed and notified as `job.failed`,
-not retried in a loop and not a stop by itself. A wake that arrived during the run is taken by
-the next run, enqueued when this one finishes.
+Before its first run in a process (and again after a resume or a new revision) the extension's
+`activate` runs, as before a frame; a failing one stops the extension and the wake waits for
+the resume. A run that raises or overruns its deadline is recorded as failed and notified as
+`job.failed`, not retried in a loop and not a stop by itself. A wake that arrived during the
+run is taken by the next run, enqueued when this one finishes.
 
 A run that kills its process (segfault, `os._exit`, out of memory) never reaches its finish:
 - its task is redelivered (acks late, reject on worker lost) with the same task id, which is the
@@ -41,6 +43,7 @@ from extensions_host.runtime import deadlines as runtime_deadlines
 from extensions_host.runtime import detached_context, extension_stop
 from extensions_host.runtime.crashes import crashed_reason, delivery_counted
 from extensions_host.runtime.current import Frame, HookDeadline
+from extensions_host.runtime.frames import activate_outside
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
 from extensions_host.sdk import ExtensionStop
@@ -94,7 +97,7 @@ def worker_run(*, extension_id: str, name: str, delivery: str | None = None) -> 
     """Run the worker once if it has a pending wake and no run in flight. Returns what
     happened: `ok`, `failed`, `busy` (another run is in flight), `idle` (no wake), `skipped`
     (extension not running or worker not declared here), `stopped` (earlier runs kept killing
-    their process: the extension is stopped instead).
+    their process, or `activate` failed: the extension is stopped instead).
 
     `delivery` identifies this delivery of the run task (default: the current Celery task's
     id, which a redelivery keeps): a redelivery whose earlier delivery died mid-run takes over
@@ -103,6 +106,11 @@ def worker_run(*, extension_id: str, name: str, delivery: str | None = None) -> 
     if declared is None or not eligible_ids("lifecycle", ids=[extension_id]):
         return "skipped"  # a stopped extension's pending wake waits for its resume
     loaded, worker = declared
+    activation = activate_outside(loaded, boundary="worker")
+    if activation is not None:
+        # `activate` failed (the extension is stopped: its pending wake waits for the resume),
+        # or the extension stopped or changed revision meanwhile
+        return "stopped" if activation.status == "stopped" else "skipped"
     limit = min(
         worker.deadline_s or runtime_deadlines.default_deadline("worker"),
         runtime_deadlines.MAX_DEADLINE_SECONDS,

@@ -33,6 +33,7 @@ from extensions_host.sdk import SDK_VERSION, Health
 logger = logging.getLogger("extensions_host.contributions.meta")
 
 BACKGROUND_APP = "extensions_host.background"
+SURFACES_APP = "extensions_host.surfaces"
 MSG_HEALTH_INVALID = "Extension health result is invalid"
 
 
@@ -136,6 +137,18 @@ def workers_and_jobs() -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool
     return workers_summary(), jobs_list(), True
 
 
+def incompatible_migrations() -> list[dict[str, str]]:
+    """Extensions that take part in runs and whose state migration failed (spec 04); run
+    participation belongs to the surfaces app, so without it none is listed."""
+    if not apps.is_installed(SURFACES_APP):
+        return []
+    from extensions_host.surfaces.services.participation import (
+        incompatible_migrations as participating,
+    )
+
+    return participating()
+
+
 def meta_build() -> dict[str, Any]:
     rows = list(RosterEntry.objects.all())
     notifiers = notifier_health()
@@ -169,10 +182,6 @@ def meta_build() -> dict[str, Any]:
         "workers": workers,
         "jobs": jobs,
         "background_available": background,
-        "incompatible_migrations": [
-            {"id": row.id, "reason": row.reason}
-            for row in rows
-            if row.status == ExtensionStatus.STOPPED and row.failing_hook == "migration"
-        ],
+        "incompatible_migrations": incompatible_migrations(),
         "lag": lag_figures(),
     }

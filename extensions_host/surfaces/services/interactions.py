@@ -23,6 +23,7 @@ from extensions_host.sdk import StateError
 from extensions_host.surfaces.models import Interaction, InteractionStatus
 from extensions_host.surfaces.services.common import (
     conversation_exists,
+    conversation_id_valid,
     conversations_touch,
     json_size,
     text_storable,
@@ -37,6 +38,7 @@ MSG_CONVERSATION_MISSING = "Interaction conversation does not exist"
 MSG_OWNED_ELSEWHERE = "Interaction call id belongs to another extension"
 MSG_NOT_FOUND = "Interaction not found"
 ANSWER_MAX_BYTES = 16 * 1024
+CALL_ID_MAX = 128  # Interaction.call_id's max_length
 SETTLE_STATUSES = frozenset({"skipped", "expired", "cancelled"})
 
 
@@ -124,7 +126,7 @@ def interaction_snapshot(
     *, extension_id: str, conversation_id: str, call_id: Any
 ) -> dict[str, Any] | None:
     """The extension's record, or None."""
-    if not isinstance(call_id, str):
+    if not (_call_id_usable(call_id) and conversation_id_valid(conversation_id)):
         return None
     row = Interaction.objects.filter(
         conversation_id=conversation_id, call_id=call_id, extension_id=extension_id
@@ -145,7 +147,8 @@ def interaction_answer_by_user(
             "contract", "invalid", MSG_ANSWER_INVALID, details={"answer": [exc.message]}
         ) from exc
     with transaction.atomic(durable=True):
-        stored = _locked(conversation_id, call_id)
+        # an id no record can have (NUL, too long) is simply not found, without a query
+        stored = _locked(conversation_id, call_id) if _call_id_usable(call_id) else None
         if stored is None:
             raise HostError("store", "not_found", MSG_NOT_FOUND)
         if stored.status != InteractionStatus.PENDING:
@@ -172,9 +175,17 @@ def _locked(conversation_id: str, call_id: str) -> Interaction | None:
     )
 
 
+def _call_id_usable(call_id: Any) -> bool:
+    """Whether a record could have this call id (1..128 storable characters): any other names
+    nothing, and must not reach a query (a NUL is a driver error on PostgreSQL)."""
+    return isinstance(call_id, str) and 1 <= len(call_id) <= CALL_ID_MAX and text_storable(call_id)
+
+
 def _own(frame: Frame, conversation_id: str, call_id: Any) -> Interaction | None:
-    if not isinstance(call_id, str) or not 1 <= len(call_id) <= 128:
+    if not _call_id_usable(call_id):
         raise StateError("bound", MSG_RECORD_INVALID)
+    if not conversation_id_valid(conversation_id):
+        return None
     stored = _locked(conversation_id, call_id)
     if stored is not None and stored.extension_id != frame.extension_id:
         return None

@@ -97,9 +97,16 @@ def run_participants() -> list[Participant]:
         loaded = registry.get(row.id)
         if loaded is None or loaded.revision != row.revision:
             continue  # not runnable by this process (rolling deploy): not captured
-        if RUN_GRANTS & set(row.admitted_grants or []) or loaded.definition.contributions.skills:
+        if takes_part_in_runs(row, loaded):
             result.append(Participant(row=row, loaded=loaded))
     return result
+
+
+def takes_part_in_runs(row: RosterEntry, loaded: LoadedExtension | None) -> bool:
+    """An extension takes part in runs with an admitted run grant or contributed skills."""
+    if RUN_GRANTS & set(row.admitted_grants or []):
+        return True
+    return loaded is not None and bool(loaded.definition.contributions.skills)
 
 
 def participation_capture(run: Run) -> dict[str, Any]:
@@ -400,5 +407,5 @@ def incompatible_migrations() -> list[dict[str, str]]:
     return [
         {"id": row.id, "reason": row.reason}
         for row in rows
-        if RUN_GRANTS & set(row.admitted_grants or [])
+        if takes_part_in_runs(row, registry.get(row.id))
     ]
