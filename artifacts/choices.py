@@ -5,6 +5,15 @@ from __future__ import annotations
 from django.db import models
 
 ID_MAX = 255
+# An operation's frozen context (spec 06), in the order the call fingerprints use.
+CONTEXT_FIELDS = (
+    "world_id",
+    "parent_head",
+    "operation_id",
+    "preset_id",
+    "preset_revision",
+    "preset_scripts_enabled",
+)
 NAME_MAX = 200
 FINGERPRINT_MAX = 71  # "sha256:" + 64 hex digits
 MESSAGE_MAX = 2000

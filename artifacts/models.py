@@ -17,6 +17,7 @@ from django.db import models
 from django.db.models import Q
 
 from artifacts.choices import (
+    CONTEXT_FIELDS,
     FINGERPRINT_MAX,
     ID_MAX,
     MESSAGE_MAX,
@@ -36,6 +37,7 @@ from artifacts.state import OPERATION_STATE, operation_state_problem, request_at
 from conversations.models import Conversation
 
 __all__ = [
+    "CONTEXT_FIELDS",
     "FINGERPRINT_MAX",
     "ID_MAX",
     "MESSAGE_MAX",
@@ -292,14 +294,7 @@ class Record(models.Model):
     def call_context(self) -> dict[str, Any]:
         """The frozen operation context the record was emitted under (its call fingerprint
         covers it)."""
-        return {
-            "world_id": self.world_id,
-            "parent_head": self.parent_head,
-            "operation_id": self.operation_id,
-            "preset_id": self.preset_id,
-            "preset_revision": self.preset_revision,
-            "preset_scripts_enabled": self.preset_scripts_enabled,
-        }
+        return {name: getattr(self, name) for name in CONTEXT_FIELDS}
 
     @property
     def fingerprint_fields(self) -> dict[str, Any]:

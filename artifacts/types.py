@@ -20,6 +20,7 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
 from artifacts.models import (
+    CONTEXT_FIELDS,
     ID_MAX,
     NAME_MAX,
     ContentType,
@@ -93,14 +94,7 @@ class OperationContext:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "world_id": self.world_id,
-            "parent_head": self.parent_head,
-            "operation_id": self.operation_id,
-            "preset_id": self.preset_id,
-            "preset_revision": self.preset_revision,
-            "preset_scripts_enabled": self.preset_scripts_enabled,
-        }
+        return {name: getattr(self, name) for name in CONTEXT_FIELDS}
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> OperationContext:
