@@ -38,7 +38,7 @@ MSG_CONVERSATION_MISSING = "Interaction conversation does not exist"
 MSG_OWNED_ELSEWHERE = "Interaction call id belongs to another extension"
 MSG_NOT_FOUND = "Interaction not found"
 ANSWER_MAX_BYTES = 16 * 1024
-CALL_ID_MAX = 128  # Interaction.call_id's max_length
+CALL_ID_MAX = Interaction._meta.get_field("call_id").max_length
 SETTLE_STATUSES = frozenset({"skipped", "expired", "cancelled"})
 
 
