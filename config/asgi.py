@@ -7,7 +7,12 @@ import threading
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from core.middleware import AsgiBodyLimit  # noqa: E402 (once Django is set up)
+
+# a body past its path's limit is refused while it arrives, not after Django spooled it whole
+application = AsgiBodyLimit(django_application)
 
 from config.startup import process_start  # noqa: E402
 

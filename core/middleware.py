@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
@@ -118,3 +119,53 @@ def json_error(error: HostError) -> JsonResponse:
     if error.retry_after is not None:
         response["Retry-After"] = str(error.retry_after)
     return response
+
+
+class _BodyTooLarge(Exception):
+    """The ASGI request body went past its path's limit while it was being received."""
+
+
+class AsgiBodyLimit:
+    """ASGI: stop receiving a request body once it passes its path's limit, and answer 413.
+
+    Django's ASGI handler receives the whole body (spooling it to a temporary file) before any
+    middleware runs, so without this an oversized chunked body would be taken in full before
+    `BodyLimitMiddleware` refused it. Bodies within their limit pass through untouched, and the
+    middleware still makes every other check.
+    """
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = body_limit_for(scope.get("path", ""))
+        received = 0
+
+        async def limited() -> dict[str, Any]:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            body = json.dumps(HostError("limit", "too_large", MSG_TOO_LARGE).body()).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 413,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})

@@ -141,3 +141,33 @@ def test_wsgi_a_chunked_body_over_the_limit_is_a_413(bearer):
     response = wsgi_chunked_post(bearer, b" " * (settings.HOST_MAX_BODY_BYTES + 1))
     assert response.status_code == 413
     assert ApiToken.objects.count() == 1
+
+
+def test_asgi_an_oversized_body_is_refused_while_it_arrives_not_after(bearer):
+    """`config.asgi` wraps Django's handler in `AsgiBodyLimit`: it stops receiving at the limit
+    (Django's handler alone spools the whole body before any middleware can refuse it)."""
+    from core.middleware import AsgiBodyLimit
+
+    piece = 64 * 1024
+    pieces_total = (8 * 1024 * 1024) // piece
+    pulled = 0
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=AsgiBodyLimit(ASGIHandler()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+
+            async def stream():
+                nonlocal pulled
+                for _ in range(pieces_total):
+                    pulled += 1
+                    yield b" " * piece
+
+            headers = {"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"}
+            return await c.post("/v1/conversations", content=stream(), headers=headers)
+
+    response = async_to_sync(call)()
+    assert response.status_code == 413
+    assert response.json()["error"]["cause"] == "too_large"
+    limit = settings.HOST_MAX_BODY_BYTES
+    assert pulled <= limit // piece + 2 < pieces_total  # stopped just past the limit
+    assert not Conversation.objects.exists()

@@ -19,7 +19,7 @@ from django.urls import get_resolver
 
 from core.middleware import body_limit_for
 from tests.security.conftest import WRITE_METHODS, api_operations
-from tests.security.live import gunicorn
+from tests.security.live import gunicorn, uvicorn
 
 pytestmark = pytest.mark.django_db
 
@@ -125,4 +125,36 @@ def test_a_chunked_body_over_the_limit_is_413_through_gunicorn(tmp_path, transac
         )
         assert made.status_code == 201, made.text[:300]
         assert (made.json()["id"], made.json()["sharing"]) == ("chunk-1", "public")
+        assert "Traceback" not in server.output()
+
+
+def test_a_chunked_body_over_the_limit_is_413_through_uvicorn_while_it_arrives(
+    tmp_path, transactional_db
+):
+    """`config.asgi` refuses the body as it passes the limit (`AsgiBodyLimit`): the server
+    stops reading, so the client never gets to send the rest."""
+    limit = settings.HOST_MAX_BODY_BYTES
+    piece = 64 * 1024
+    sent = 0
+
+    def chunks():
+        nonlocal sent
+        while sent < 64 * limit:
+            sent += piece
+            yield b" " * piece
+
+    with uvicorn(tmp_path) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        headers = {
+            "Authorization": f"Bearer {settings.HOST_API_TOKEN[0]}",
+            "Content-Type": "application/json",
+        }
+        try:
+            over = http.post("/v1/conversations", content=chunks(), headers=headers)
+        except httpx.TransportError:
+            over = None  # the server answered and closed while the client was still sending
+        if over is not None:
+            assert over.status_code == 413, over.text[:300]
+            assert over.json()["error"]["cause"] == "too_large"
+        assert sent < 64 * limit  # never the whole 64 MiB
+        assert http.get("/healthz").status_code == 200
         assert "Traceback" not in server.output()
