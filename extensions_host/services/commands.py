@@ -69,21 +69,20 @@ def command_call(
     loaded = registry.get(extension_id)
     if loaded is None:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
-    replay = None
-    if name in loaded.definition.commands:  # nothing is ever stored under an unknown name
-        replay = _Idempotency.of(
-            principal, extension_id, name, conversation_id, body, idempotency_key
-        )
-    if replay is not None:
-        stored = replay.lookup()
-        if stored is not None:
-            return stored
     _available(loaded)
     spec = loaded.definition.commands.get(name)
     if spec is None or spec.scope != scope:
         raise HostError("contract", "invalid", MSG_UNKNOWN)
     if spec.admin_only and not principal.admin:
         raise HostError("auth", "forbidden", MSG_FORBIDDEN)
+    # A retry answers its stored result only where the call itself would still be let in
+    # (spec 04's order: a stopped or ungranted extension is 503 for retries too); the stored
+    # result stands in for the input check and the handler, which must not run twice.
+    replay = _Idempotency.of(principal, extension_id, name, conversation_id, body, idempotency_key)
+    if replay is not None:
+        stored = replay.lookup()
+        if stored is not None:
+            return stored
     data = _validate_input(spec, body)
     handler = loaded.definition.hooks.commands.get(name)
     if handler is None:

@@ -353,6 +353,31 @@ def test_a_failed_command_is_not_stored_under_its_idempotency_key(setup, api):
     assert "Idempotent-Replayed" not in repeated
 
 
+def test_a_retry_of_a_stopped_or_ungranted_extension_is_503_not_its_stored_result(setup, api):
+    """Spec 04's order holds for retries too: the stored result answers only a call that would
+    still be let in."""
+    from extensions_host.runtime import extension_stop
+
+    client = api(setup)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "req-3"}
+    first = client.post(url("add"), {"key": "k", "n": 5}, format="json", **headers)
+    assert first.status_code == 200
+
+    extension_stop(extension_id="notes", hook="test", reason="halted")
+    stopped = client.post(url("add"), {"key": "k", "n": 5}, format="json", **headers)
+    assert error_of(stopped) == (
+        503, "extensions", "unavailable", "Extension notes is stopped: halted",
+    )  # fmt: skip
+    assert "Idempotent-Replayed" not in stopped
+
+    entry = roster("notes")
+    entry.status, entry.admitted_grants = ExtensionStatus.RUNNING, ["state"]
+    entry.save(update_fields=["status", "admitted_grants"])
+    ungranted = client.post(url("add"), {"key": "k", "n": 5}, format="json", **headers)
+    assert error_of(ungranted)[:3] == (503, "extensions", "unavailable")
+    assert "Idempotent-Replayed" not in ungranted
+
+
 def test_an_idempotency_key_over_256_characters_is_400(setup, api):
     response = api(setup).post(
         url("add"), {"key": "k"}, format="json", HTTP_IDEMPOTENCY_KEY="k" * 257
