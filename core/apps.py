@@ -1,4 +1,23 @@
+import logging
+
 from django.apps import AppConfig
+from django.conf import settings
+from django.core import checks
+
+logger = logging.getLogger(__name__)
+
+MSG_AUTH_NONE = (
+    "HOST_AUTH=none: every request acts as the local admin `dev`, without credentials "
+    "(local development only)"
+)
+
+
+@checks.register(checks.Tags.security)
+def auth_off_warning(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    """Spec 05: `HOST_AUTH=none` warns, at start and in `check --deploy`."""
+    if settings.HOST_AUTH != "none":
+        return []
+    return [checks.Warning(MSG_AUTH_NONE, id="hyphae.W001")]
 
 
 class CoreConfig(AppConfig):
@@ -15,3 +34,5 @@ class CoreConfig(AppConfig):
         post_delete.connect(
             forget_service_user, sender=get_user_model(), dispatch_uid="forget_service_user"
         )
+        if settings.HOST_AUTH == "none":
+            logger.warning(MSG_AUTH_NONE)

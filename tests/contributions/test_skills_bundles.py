@@ -64,6 +64,18 @@ def test_skill_files_are_served_read_only_to_the_runtime_and_admins(install, api
     assert APIClient().get("/v1/skills/skilled/summarize/SKILL.md").status_code == 401
 
 
+def test_an_uninstalled_extensions_skill_files_are_not_served(install, api):
+    from extensions_host.models import ExtensionStatus, RosterEntry
+
+    install(make_skills_ext())
+    runtime = api("service")
+    assert runtime.get("/v1/skills/skilled/summarize/SKILL.md").status_code == 200
+    RosterEntry.objects.filter(pk="skilled").update(status=ExtensionStatus.UNINSTALLED)
+    # its code is still loaded in this process, but it is neither listed nor served
+    assert skills_for_claim() == []
+    assert runtime.get("/v1/skills/skilled/summarize/SKILL.md").status_code == 404
+
+
 @pytest.mark.parametrize(
     "path",
     [

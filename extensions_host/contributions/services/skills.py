@@ -117,7 +117,10 @@ def skills_for_claim() -> list[dict[str, Any]]:
 def skill_file(*, extension_id: str, skill: str, path: str) -> Path:
     """The file of a skill, read-only; 404 for anything else (no listing, no escape)."""
     loaded: LoadedExtension | None = registry.get(extension_id)
-    if loaded is None:
+    if (
+        loaded is None
+        or RosterEntry.objects.filter(pk=extension_id, status=ExtensionStatus.UNINSTALLED).exists()
+    ):  # an uninstalled extension's skills are neither listed nor served
         raise HostError("store", "not_found", MSG_NOT_FOUND)
     match = next((s for s in skills_resolve(loaded.definition) if s.name == skill), None)
     found = file_in(match.root, path) if match is not None else None
