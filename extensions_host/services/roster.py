@@ -32,6 +32,10 @@ MSG_GRANTS_NOT_REQUESTED = "Admitted grants must be a subset of the requested gr
 
 # Called after a resume commits, with the extension id (timer wake, attention, …).
 resume_listeners: list[Callable[[str], None]] = []
+# Called after the commit that changed an extension's admitted grants (staff admission, or a
+# sync that dropped a grant no longer requested), with the extension id: what a grant gates
+# may have appeared or vanished (attention items, ambient surfaces).
+grant_listeners: list[Callable[[str], None]] = []
 
 
 @dataclass
@@ -157,6 +161,8 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
         if auto_admit:
             admitted |= set(requested) - set(row.requested_grants or [])
         row.requested_grants = requested
+        if sorted(admitted) != sorted(row.admitted_grants):
+            _grants_changed(row.id)
         row.admitted_grants = sorted(admitted)
     if "settled" in row.admitted_grants:
         settled_consumer_cursor_initialise(extension_id=row.id)
@@ -282,6 +288,8 @@ def extension_admit_grants(*, extension_id: str, grants: list[str], actor: str) 
         previous = row.admitted_grants
         row.admitted_grants = sorted(set(grants))
         row.save(update_fields=["admitted_grants", "updated_at"])
+        if row.admitted_grants != sorted(previous):
+            _grants_changed(row.id)
         audit_record(
             actor=actor,
             action="extension_grants_admitted",
@@ -289,6 +297,10 @@ def extension_admit_grants(*, extension_id: str, grants: list[str], actor: str) 
             detail={"before": previous, "after": row.admitted_grants},
         )
     return row
+
+
+def _grants_changed(extension_id: str) -> None:
+    transaction.on_commit(lambda: [listener(extension_id) for listener in grant_listeners])
 
 
 def extension_purge(*, extension_id: str, actor: str) -> dict[str, int]:

@@ -29,7 +29,7 @@ from extensions_host.runtime import (
     stop_listeners,
 )
 from extensions_host.runtime.context import store_call
-from extensions_host.services.roster import resume_listeners
+from extensions_host.services.roster import grant_listeners, resume_listeners
 from extensions_host.surfaces.services import ambient, attention, interactions, participation
 from extensions_host.surfaces.services.send import send_admit
 from extensions_host.surfaces.types import Accepted, NotReady
@@ -219,9 +219,11 @@ def register() -> None:
     register_capability(
         "has_successful_tool_result", lambda ctx: RunReads(ctx).has_successful_tool_result
     )
-    # a stop or resume changes which items are visible: bump the versions for watchers
+    # a stop, a resume or a grant change changes which items are visible: bump the versions
+    # for watchers
     _add(stop_listeners, _attention_refresh)
     _add(resume_listeners, _attention_refresh)
+    _add(grant_listeners, _attention_refresh)
     # every committed change wakes the live streams of its conversation: frames (observed
     # conversations) and the conversation services (admission, claims, appends, settles, …)
     _add(observation_listeners, _changes_publish)

@@ -235,14 +235,38 @@ def test_a_stop_hides_the_items_everywhere_and_a_resume_shows_them_again(install
     assert ids("c2") == ["w2"]
 
 
-def test_revoking_the_grant_hides_the_items(install, conversation):
+def test_revoking_the_grant_hides_the_items_and_tells_watchers(
+    install, conversation, django_capture_on_commit_callbacks
+):
     install(watcher())
     conversation("c1")
     assert in_frame("watch", set_items(item("w1"))).ok
+    before = Conversation.objects.get(pk="c1").version
 
-    extension_admit_grants(extension_id="watch", grants=[], actor="staff")
+    with django_capture_on_commit_callbacks(execute=True):
+        extension_admit_grants(extension_id="watch", grants=[], actor="staff")
 
     assert ids() == []
+    assert Conversation.objects.get(pk="c1").version == before + 1  # watchers re-read
+    with django_capture_on_commit_callbacks(execute=True):
+        extension_admit_grants(extension_id="watch", grants=["attention"], actor="staff")
+    assert ids() == ["w1"]
+    assert Conversation.objects.get(pk="c1").version == before + 2
+
+
+def test_a_sync_that_drops_the_grant_tells_watchers_too(
+    install, conversation, django_capture_on_commit_callbacks
+):
+    install(watcher())
+    conversation("c1")
+    assert in_frame("watch", set_items(item("w1"))).ok
+    before = Conversation.objects.get(pk="c1").version
+
+    with django_capture_on_commit_callbacks(execute=True):
+        install(make_ext("watch", grants={"state"}))  # a new revision no longer asks for it
+
+    assert ids() == []
+    assert Conversation.objects.get(pk="c1").version == before + 1
 
 
 def test_after_a_stop_the_conversation_view_and_the_projection_show_none_of_its_items(
