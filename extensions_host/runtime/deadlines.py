@@ -2,7 +2,9 @@
 check (done by the frame when the hook returns) everywhere else.
 
 The SIGALRM handler raises `HookDeadline`, a `BaseException`, so an extension's
-`except Exception` around a slow call cannot swallow it.
+`except Exception` around a slow call cannot swallow it. While a deadline is armed, its instant
+is known to the code it bounds (`seconds_left`): a call that waits by design (`host.watch`)
+ends on its own before the deadline instead of being cut off by it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from django.conf import settings
 from django.db import connection
@@ -25,6 +28,9 @@ MIN_DEADLINE_SECONDS = 0.001
 # `statement_timeout` may overtake it. Half the deadline, at least 1 ms (0 would disable it).
 LOCK_TIMEOUT_SHARE = 0.5
 MIN_LOCK_TIMEOUT_MS = 1
+
+# the monotonic instant the innermost armed deadline ends (None outside any bounded call)
+_deadline_at: ContextVar[float | None] = ContextVar("hyphae_hook_deadline_at", default=None)
 
 
 def default_deadline(boundary: str) -> float:
@@ -41,10 +47,37 @@ def alarm_usable() -> bool:
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
 
+def seconds_left() -> float | None:
+    """Seconds left before the deadline of the bounded call running now (a frame, a route, a
+    slash command, a notifier, a worker run), never negative; None outside any."""
+    at = _deadline_at.get()
+    return None if at is None else max(at - time.monotonic(), 0.0)
+
+
+@contextmanager
+def _deadline_known(seconds: float) -> Iterator[None]:
+    """Record the deadline instant for `seconds_left` (a nested deadline never extends an
+    outer one)."""
+    at = time.monotonic() + max(seconds, MIN_DEADLINE_SECONDS)
+    outer = _deadline_at.get()
+    token = _deadline_at.set(at if outer is None else min(at, outer))
+    try:
+        yield
+    finally:
+        _deadline_at.reset(token)
+
+
 @contextmanager
 def alarm(frame: Frame, seconds: float) -> Iterator[None]:
     """Raise `HookDeadline` into the hook if it runs past `seconds` (main thread only; other
-    threads rely on the elapsed check)."""
+    threads rely on the elapsed check). Either way, `seconds_left` knows the deadline."""
+    with _deadline_known(seconds):
+        with _alarm(frame, seconds):
+            yield
+
+
+@contextmanager
+def _alarm(frame: Frame, seconds: float) -> Iterator[None]:
     if not alarm_usable():
         yield
         return

@@ -8,13 +8,17 @@ import time
 import pytest
 from django.core.cache import cache
 from django.db import connection
+from django.db.models import F
 
 from conversations.models import Conversation, Submission
 from core.models import AuditEntry, LifecycleEvent
-from extensions_host.runtime import detached_context
+from extensions_host.contributions.services import hostapi
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import deadlines, detached_context
+from extensions_host.runtime.current import Frame
 from extensions_host.sdk import AdmissionError, StateError
 
-from .exts import make_host_ext
+from .exts import make_host_ext, make_routes_ext
 
 ALL = {"send", "host", "attention", "state"}
 
@@ -214,3 +218,79 @@ def test_watch_yields_a_changed_view_to_a_worker_within_one_second_of_a_submissi
     assert view["id"] == "c1"
     assert view["version"] > version
     assert view["head"] is not None
+
+
+def watching_route(cid: str, since: int, timeout_s: float):
+    """A route handler (a channel bridge's long poll) that watches `cid` and reports what it saw
+    and how long the watch took."""
+
+    def handler(ctx, request):
+        started = time.monotonic()
+        views = list(ctx.host.conversations.watch(cid, since, timeout_s=timeout_s))
+        return {"versions": [v["version"] for v in views], "took": time.monotonic() - started}
+
+    return handler
+
+
+def test_watch_in_a_route_ends_before_the_route_deadline_and_the_route_answers(
+    install, api, member, conversation, settings
+):
+    settings.HOST_WATCH_POLL_SECONDS = 0.01
+    version = conversation("c1").version
+    deadline = 0.5
+    handler = watching_route("c1", version, timeout_s=2)  # its own timeout outlives the route
+    install(make_routes_ext("wat", grants={"routes", "host"}, handler=handler, deadline_s=deadline))
+    started = time.monotonic()
+    response = api(member).get("/v1/ext/wat/me")
+    assert response.status_code == 200, response.content
+    assert response.json()["versions"] == []
+    took = response.json()["took"]
+    assert deadline - hostapi.WATCH_DEADLINE_MARGIN_SECONDS - 0.1 <= took < deadline
+    assert time.monotonic() - started < 2  # not its own timeout
+    assert RosterEntry.objects.get(pk="wat").status == ExtensionStatus.RUNNING
+
+
+def test_watch_in_a_route_still_yields_a_change_arriving_before_the_deadline(
+    install, api, member, conversation, settings, monkeypatch
+):
+    settings.HOST_WATCH_POLL_SECONDS = 0.01
+    version = conversation("c1").version
+    real_sleep = time.sleep
+    polls: list[float] = []
+
+    def sleep_then_change(seconds: float) -> None:
+        # a submission lands while the watch waits (its first poll)
+        if not polls:
+            Conversation.objects.filter(pk="c1").update(version=F("version") + 1)
+        polls.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(hostapi.time, "sleep", sleep_then_change)
+    handler = watching_route("c1", version, timeout_s=2)
+    install(make_routes_ext("wat", grants={"routes", "host"}, handler=handler, deadline_s=0.4))
+    response = api(member).get("/v1/ext/wat/me")
+    assert response.status_code == 200, response.content
+    assert response.json()["versions"] == [version + 1]
+    assert response.json()["took"] < 0.4
+    assert RosterEntry.objects.get(pk="wat").status == ExtensionStatus.RUNNING
+
+
+def test_the_deadline_left_is_known_only_inside_a_bounded_call_and_never_extended():
+    assert deadlines.seconds_left() is None
+    marker = Frame(
+        extension_id="x",
+        revision="r",
+        hook="h",
+        mode="read",
+        grants=frozenset(),
+        quotas={},
+        deadline_s=1,
+    )
+    with deadlines.alarm(marker, 1):
+        outer = deadlines.seconds_left()
+        assert outer is not None and 0 < outer <= 1
+        with deadlines.alarm(marker, 5):  # a nested, longer deadline: the outer one still holds
+            inner = deadlines.seconds_left()
+            assert inner is not None and inner <= 1
+    marker.open = False
+    assert deadlines.seconds_left() is None

@@ -9,7 +9,8 @@ audit log (`ext:<id>`). Extensions are trusted in-process code: they may act for
 
 Inside the extension's own frame, writes join the frame's transaction (the non-durable service
 variants); outside (routes, slash commands, workers, jobs) they use the API's entry points.
-`watch` blocks, so it refuses to run inside a frame.
+`watch` blocks, so it refuses to run inside a frame; inside a deadline-bounded call (a route, a
+slash command, a worker run) it ends `WATCH_DEADLINE_MARGIN_SECONDS` before that deadline.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from core.access import access_of
 from core.auth import Principal, user_principal
 from core.errors import HostError
 from core.services import audit_record
-from extensions_host.runtime import current_frame
+from extensions_host.runtime import current_frame, deadlines
 from extensions_host.sdk import AdmissionError, Caller, StateError
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ MSG_WATCH_IN_FRAME = "watch cannot run inside a transaction; call it from a work
 MSG_LIST_LIMIT = "List limit must be 1..1000"
 MSG_TIMEOUT = "watch timeout must be in (0, 300] seconds"
 WATCH_MAX_SECONDS = 300.0
+# `watch` inside a deadline-bounded call ends this long before the deadline, leaving the caller
+# time to answer (a route's response) instead of being cut off (and stopped) by the deadline
+WATCH_DEADLINE_MARGIN_SECONDS = 0.25
 LIST_MAX = 1000
 
 
@@ -243,9 +247,11 @@ class HostConversations(_Area):
         self, conversation_id: str, since_version: int = 0, *, timeout_s: float = 30.0
     ) -> Iterator[dict[str, Any]]:
         """Yield the conversation view each time its version moves past the last one seen
-        (starting after `since_version`), until `timeout_s` passes (the caller's deadline).
-        Polls every `HOST_WATCH_POLL_SECONDS`; never inside a frame (it would hold a
-        transaction open)."""
+        (starting after `since_version`), until `timeout_s` passes or, inside a
+        deadline-bounded call (route, slash command, worker run), until
+        `WATCH_DEADLINE_MARGIN_SECONDS` before the caller's deadline, whichever comes first; it
+        then ends normally. Polls every `HOST_WATCH_POLL_SECONDS`; never inside a frame (it
+        would hold a transaction open)."""
         self._require("host")
         if current_frame() is not None:
             raise StateError("unavailable", MSG_WATCH_IN_FRAME)
@@ -262,6 +268,9 @@ class HostConversations(_Area):
     def _watch(self, conversation_id: str, seen: int, timeout_s: float) -> Iterator[dict[str, Any]]:
         interval = settings.HOST_WATCH_POLL_SECONDS
         until = time.monotonic() + timeout_s
+        left = deadlines.seconds_left()  # the caller's deadline (a route's, a worker run's)
+        if left is not None:
+            until = min(until, time.monotonic() + left - WATCH_DEADLINE_MARGIN_SECONDS)
         while True:
             version = (
                 Conversation.objects.filter(pk=conversation_id)
