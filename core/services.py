@@ -17,26 +17,44 @@ from core.models import ApiToken, AuditEntry, IdempotencyResult, LifecycleEvent
 BEAT_KEY = "hyphae:beat:last_tick_ms"
 
 
-def token_create(
-    *, user: Any, name: str, scope: str, expires_at: dt.datetime | None
-) -> tuple[ApiToken, str]:
-    """Create a token for `user`; returns the row and the raw token (shown once)."""
-    if expires_at is not None and expires_at <= clock.now():  # the host clock (spec 02 §6)
+MSG_EXPIRY_NOT_FUTURE = "Token expiry must be in the future"
+
+
+def token_expiry_check(*, expires_at: dt.datetime | None) -> None:
+    """A token's expiry, if any, is in the future on the host clock (spec 02 §6)."""
+    if expires_at is not None and expires_at <= clock.now():
         raise HostError(
             "contract",
             "invalid",
-            "Token expiry must be in the future",
+            MSG_EXPIRY_NOT_FUTURE,
             details={"expires_at": ["Must be in the future."]},
         )
+
+
+def token_create(
+    *, user: Any, name: str, scope: str, expires_at: dt.datetime | None, actor: str = ""
+) -> tuple[ApiToken, str]:
+    """Create a token for `user`; returns the row and the raw token (shown once). Staff
+    creating one for a user name themselves as `actor`: the creation is audited."""
+    token_expiry_check(expires_at=expires_at)
     raw, prefix, digest = token_new()
-    token = ApiToken.objects.create(
-        user=user, name=name, scope=scope, prefix=prefix, digest=digest, expires_at=expires_at
-    )
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            user=user, name=name, scope=scope, prefix=prefix, digest=digest, expires_at=expires_at
+        )
+        if actor:
+            audit_record(
+                actor=actor,
+                action="token_created",
+                target=_token_target(token),
+                detail={"token_id": token.pk, "scope": scope, "name": name},
+            )
     return token, raw
 
 
 def token_revoke(*, principal: Principal, token_id: int) -> ApiToken:
-    """Revoke one of the principal's tokens (staff may revoke anyone's). Idempotent."""
+    """Revoke one of the principal's tokens (staff may revoke anyone's). Idempotent; a
+    revocation by staff is audited (once: revoking a revoked token records nothing)."""
     with transaction.atomic():
         token = ApiToken.objects.select_for_update().filter(pk=token_id).first()
         if token is None or (token.user_id != principal.user_id and not principal.admin):
@@ -44,7 +62,19 @@ def token_revoke(*, principal: Principal, token_id: int) -> ApiToken:
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at", "updated_at"])
+            if principal.admin:
+                audit_record(
+                    actor=principal.user.get_username(),
+                    action="token_revoked",
+                    target=_token_target(token),
+                    detail={"token_id": token.pk},
+                )
     return token
+
+
+def _token_target(token: ApiToken) -> str:
+    """How the audit log names a token: its owner and prefix, never the digest."""
+    return f"{token.user.get_username()}:{token.prefix}"
 
 
 def tokens_revoke_for_user(*, user_id: int) -> int:

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from artifacts import services as artifact_services
 from conversations.models import Conversation
 from core import clock
-from core.services import audit_record
+from core.services import audit_record, token_create
 from extensions_host.background.models import (
     JobState,
     LifecycleDelivery,
@@ -42,10 +42,12 @@ class Host:
 
 
 def fill_host(owner: Any) -> Host:
-    """Two extensions (keeper running, flaky stopped) and one conversation `c1` with a settled
-    run, a queued prompt, attention, ambient, an interaction, records, a document, timers, a
-    settled cursor, a job, a worker, notifications, settings, a secret and artifacts."""
+    """An API token, two extensions (keeper running, flaky stopped) and one conversation `c1`
+    with a settled run, a queued prompt, attention, ambient, an interaction, records, a
+    document, timers, a settled cursor, a job, a worker, notifications, settings, a secret and
+    artifacts."""
     kit = Kit(default_owner=owner)
+    token_create(user=owner, name="cli", scope="read", expires_at=None)
     conversation = kit.conversation("c1", name="Launch plan")
     kit.submit("c1", say="hello keeper")
     run = kit.settle(kit.claim("c1"), say="echo: hello keeper")
