@@ -50,6 +50,7 @@ def test_staff_create_a_token_for_a_user_and_see_the_raw_token_once(console, own
     raw = re.search(r'<code class="hy-token">([^<]+)</code>', response.content.decode()).group(1)
     assert raw.startswith(token.prefix)
     assert token.digest == token_digest(raw)
+    assert f'href="{CHANGELIST}"' in response.content.decode()  # the way back to the list
     assert token.scope == "read" and token.expires_at is None
     entry = AuditEntry.objects.get(action="token_created")
     assert (entry.actor, entry.target) == ("staff", f"owner:{token.prefix}")
