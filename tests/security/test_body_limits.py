@@ -88,6 +88,14 @@ def test_exactly_the_limit_is_let_through_to_the_route(api, operation):
     assert response.status_code < 500 or response.status_code == 503
 
 
+def service_json() -> dict[str, str]:
+    """The headers of a JSON request with the service token (the real-server tests)."""
+    return {
+        "Authorization": f"Bearer {settings.HOST_API_TOKEN[0]}",
+        "Content-Type": "application/json",
+    }
+
+
 def test_a_chunked_body_over_the_limit_is_413_through_gunicorn(tmp_path, transactional_db):
     """No Content-Length to check up front: the middleware reads at most limit + 1 bytes."""
     limit = settings.HOST_MAX_BODY_BYTES
@@ -100,10 +108,7 @@ def test_a_chunked_body_over_the_limit_is_413_through_gunicorn(tmp_path, transac
             yield b" " * piece
 
     with gunicorn(tmp_path) as server, httpx.Client(base_url=server.url, timeout=30) as http:
-        headers = {
-            "Authorization": f"Bearer {settings.HOST_API_TOKEN[0]}",
-            "Content-Type": "application/json",
-        }
+        headers = service_json()
         over = http.post("/v1/conversations", content=chunks(limit + 1), headers=headers)
         assert over.status_code == 413, over.text[:300]
         assert over.json()["error"]["cause"] == "too_large"
@@ -144,10 +149,7 @@ def test_a_chunked_body_over_the_limit_is_413_through_uvicorn_while_it_arrives(
             yield b" " * piece
 
     with uvicorn(tmp_path) as server, httpx.Client(base_url=server.url, timeout=30) as http:
-        headers = {
-            "Authorization": f"Bearer {settings.HOST_API_TOKEN[0]}",
-            "Content-Type": "application/json",
-        }
+        headers = service_json()
         try:
             over = http.post("/v1/conversations", content=chunks(), headers=headers)
         except httpx.TransportError:

@@ -235,13 +235,19 @@ def test_a_stop_hides_the_items_everywhere_and_a_resume_shows_them_again(install
     assert ids("c2") == ["w2"]
 
 
-def test_revoking_the_grant_hides_the_items_and_tells_watchers(
-    install, conversation, django_capture_on_commit_callbacks
-):
+@pytest.fixture
+def watched(install, conversation) -> int:
+    """`watch` shows item w1 on c1; c1's version before what the test does."""
     install(watcher())
     conversation("c1")
     assert in_frame("watch", set_items(item("w1"))).ok
-    before = Conversation.objects.get(pk="c1").version
+    return Conversation.objects.get(pk="c1").version
+
+
+def test_revoking_the_grant_hides_the_items_and_tells_watchers(
+    watched, django_capture_on_commit_callbacks
+):
+    before = watched
 
     with django_capture_on_commit_callbacks(execute=True):
         extension_admit_grants(extension_id="watch", grants=[], actor="staff")
@@ -255,12 +261,9 @@ def test_revoking_the_grant_hides_the_items_and_tells_watchers(
 
 
 def test_a_sync_that_drops_the_grant_tells_watchers_too(
-    install, conversation, django_capture_on_commit_callbacks
+    install, watched, django_capture_on_commit_callbacks
 ):
-    install(watcher())
-    conversation("c1")
-    assert in_frame("watch", set_items(item("w1"))).ok
-    before = Conversation.objects.get(pk="c1").version
+    before = watched
 
     with django_capture_on_commit_callbacks(execute=True):
         install(make_ext("watch", grants={"state"}))  # a new revision no longer asks for it
