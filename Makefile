@@ -24,6 +24,11 @@ comma := ,
 EXAMPLES_PATH := $(CURDIR)/examples/reminders:$(CURDIR)/examples/digest:$(CURDIR)/examples/approvals:$(CURDIR)/examples/chaos
 DEMO_EXTENSIONS := hyphae_reminders.extension:reminders,hyphae_digest.extension:digest,hyphae_approvals.extension:approvals
 
+# The folder embedded mode writes to, as the settings resolve it (HOST_VAR_DIR from the
+# environment or .env, default var/): bootstrap writes local.env there, and `run` exports it
+# so the Procfile's beat keeps its schedule there too. A command, run by the recipe itself.
+SETTINGS_VAR_DIR = $(BIN)/python -c 'from config.settings.base import VAR_DIR; print(VAR_DIR)'
+
 ## run: venv, install, migrate, demo data, then web + worker + beat (Ctrl-C stops all)
 run: override export HOST_EXTENSIONS := $(DEMO_EXTENSIONS)$(if $(HOST_EXTENSIONS),$(comma)$(HOST_EXTENSIONS))
 run: export PYTHONPATH := $(EXAMPLES_PATH)$(if $(PYTHONPATH),:$(PYTHONPATH))
@@ -32,7 +37,8 @@ run: $(STAMP)
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py sync_roster
 	$(BIN)/python manage.py bootstrap
-	$(BIN)/honcho start --env var/local.env --procfile Procfile
+	var_dir="$$($(SETTINGS_VAR_DIR))" && HOST_VAR_DIR="$$var_dir" \
+		$(BIN)/honcho start --env "$$var_dir/local.env" --procfile Procfile
 
 ## test: venv, install, the whole suite (PostgreSQL/Redis/browser parts run when configured)
 test: $(STAMP)

@@ -10,6 +10,7 @@ import os
 
 from celery import Celery
 from celery.signals import worker_init
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -25,47 +26,77 @@ def _sync_roster_at_worker_start(**kwargs: object) -> None:
     process_start()
 
 
-TICK = float(os.environ.get("CELERY_BEAT_INTERVAL_SECONDS", "1"))
+@app.on_after_configure.connect
+def _declare_beat_schedule(sender: Celery, **kwargs: object) -> None:
+    # after configuration, not at import: the tick comes from Django's settings, which honour
+    # `.env` (this module is imported before settings are loaded)
+    sender.conf.beat_schedule = beat_schedule(tick=settings.CELERY_BEAT_INTERVAL_SECONDS)
 
-app.conf.beat_schedule = {
-    # Liveness of beat itself: /readyz reports not ready when this stops ticking.
-    "beat-heartbeat": {"task": "core.tasks.beat_heartbeat", "schedule": 10.0},
-    # The built-in echo runtime claims and answers runnable conversations (AGENT_RUNTIME=echo).
-    "echo-runtime": {"task": "conversations.tasks.echo_sweep", "schedule": TICK},
-    # Release runs whose lease expired and re-queue their submissions.
-    "expire-run-leases": {"task": "conversations.tasks.expire_leases", "schedule": 30.0},
-    # Delete archived conversations older than RETENTION_DAYS (no-op when unset).
-    "retention": {"task": "conversations.tasks.retention_sweep", "schedule": 24 * 3600.0},
-    # Drop stored idempotency results older than 24 hours.
-    "prune": {"task": "core.tasks.prune", "schedule": 3600.0},
-    # Resume stopped extensions whose auto-resume backoff (1, 5, 30 min) has passed.
-    "auto-resume": {"task": "extensions_host.tasks.auto_resume_sweep", "schedule": 30.0},
-    # Fire due extension timers (precise `eta` wakes come on top, see background/services/wake).
-    "fire-timers": {"task": "extensions_host.background.tasks.fire_timers", "schedule": TICK},
-    # Safety net for settled delivery (it is also kicked after every settle).
-    "deliver-settled": {
-        "task": "extensions_host.background.tasks.settled_sweep",
-        "schedule": TICK,
-    },
-    # Safety net for the lifecycle outbox: fan out and deliver (also kicked after commit).
-    "deliver-lifecycle": {
-        "task": "extensions_host.background.tasks.lifecycle_sweep",
-        "schedule": TICK,
-    },
-    # Run due extension jobs (and manual triggers).
-    "run-jobs": {"task": "extensions_host.background.tasks.run_jobs", "schedule": TICK},
-    # Emit conversation_idle for conversations idle past IDLE_AFTER_SECONDS.
-    "detect-idle": {"task": "extensions_host.background.tasks.detect_idle", "schedule": 30.0},
-    # Delete lifecycle outbox events delivered to every subscriber over an hour ago.
-    "prune-outbox": {
-        "task": "extensions_host.background.tasks.background_prune",
-        "schedule": 3600.0,
-    },
-    # Drop expired attention items (they are already hidden from every view).
-    "prune-attention": {"task": "extensions_host.surfaces.tasks.prune_attention", "schedule": 60.0},
-    # Notifier deliveries whose task was lost or whose worker died (retries are scheduled).
-    "notifications-sweep": {
-        "task": "extensions_host.contributions.tasks.notifications_sweep",
-        "schedule": 30.0,
-    },
-}
+
+def beat_schedule(*, tick: float) -> dict[str, dict]:
+    """The beat schedule; `tick` is CELERY_BEAT_INTERVAL_SECONDS, the fast sweeps' interval.
+
+    A fast sweep still queued after `max(30 s, 10 ticks)` expires unrun: newer ones are queued
+    behind it, so a worker that fell behind catches up instead of working through a backlog of
+    stale sweeps ahead of the kicks that matter."""
+    fast = {"expires": max(30.0, 10 * tick)}
+    schedule = {
+        # Liveness of beat itself: /readyz reports not ready when this stops ticking.
+        "beat-heartbeat": {"task": "core.tasks.beat_heartbeat", "schedule": 10.0},
+        # The built-in echo runtime claims and answers runnable conversations (AGENT_RUNTIME=echo).
+        "echo-runtime": {
+            "task": "conversations.tasks.echo_sweep",
+            "schedule": tick,
+            "options": fast,
+        },
+        # Release runs whose lease expired and re-queue their submissions.
+        "expire-run-leases": {"task": "conversations.tasks.expire_leases", "schedule": 30.0},
+        # Delete archived conversations older than RETENTION_DAYS (no-op when unset).
+        "retention": {"task": "conversations.tasks.retention_sweep", "schedule": 24 * 3600.0},
+        # Drop stored idempotency results older than 24 hours.
+        "prune": {"task": "core.tasks.prune", "schedule": 3600.0},
+        # Resume stopped extensions whose auto-resume backoff (1, 5, 30 min) has passed.
+        "auto-resume": {"task": "extensions_host.tasks.auto_resume_sweep", "schedule": 30.0},
+        # Fire due extension timers (precise `eta` wakes come on top, see background/services/wake).
+        "fire-timers": {
+            "task": "extensions_host.background.tasks.fire_timers",
+            "schedule": tick,
+            "options": fast,
+        },
+        # Safety net for settled delivery (it is also kicked after every settle).
+        "deliver-settled": {
+            "task": "extensions_host.background.tasks.settled_sweep",
+            "schedule": tick,
+            "options": fast,
+        },
+        # Safety net for the lifecycle outbox: fan out and deliver (also kicked after commit).
+        "deliver-lifecycle": {
+            "task": "extensions_host.background.tasks.lifecycle_sweep",
+            "schedule": tick,
+            "options": fast,
+        },
+        # Run due extension jobs (and manual triggers).
+        "run-jobs": {
+            "task": "extensions_host.background.tasks.run_jobs",
+            "schedule": tick,
+            "options": fast,
+        },
+        # Emit conversation_idle for conversations idle past IDLE_AFTER_SECONDS.
+        "detect-idle": {"task": "extensions_host.background.tasks.detect_idle", "schedule": 30.0},
+        # Delete lifecycle outbox events delivered to every subscriber over an hour ago.
+        "prune-outbox": {
+            "task": "extensions_host.background.tasks.background_prune",
+            "schedule": 3600.0,
+        },
+        # Drop expired attention items (they are already hidden from every view).
+        "prune-attention": {
+            "task": "extensions_host.surfaces.tasks.prune_attention",
+            "schedule": 60.0,
+        },
+        # Notifier deliveries whose task was lost or whose worker died (retries are scheduled).
+        "notifications-sweep": {
+            "task": "extensions_host.contributions.tasks.notifications_sweep",
+            "schedule": 30.0,
+        },
+    }
+    return schedule

@@ -1,12 +1,14 @@
-"""Host-core services: API tokens, the audit log, beat liveness."""
+"""Host-core services: API tokens, the audit log, beat liveness and readiness."""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core import clock
@@ -94,11 +96,60 @@ def beat_tick() -> None:
 
 
 def beat_age_seconds() -> float | None:
-    """Seconds since beat last ticked (host clock), or None if it never did."""
+    """Seconds since beat last ticked (host clock), or None if it never did. Raises whatever the
+    cache backend raises when it is unreachable."""
     last = cache.get(BEAT_KEY)
     if last is None:
         return None
     return max(0.0, (clock.now_ms() - int(last)) / 1000)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What /readyz reports: each check by name, and beat's age (None: unknown)."""
+
+    checks: dict[str, bool]
+    beat_age_seconds: float | None
+
+    @property
+    def ready(self) -> bool:
+        return all(self.checks.values())
+
+
+def readiness_check() -> Readiness:
+    """The database answers, the broker and the cache accept a connection, and beat ticked
+    within BEAT_STALE_SECONDS. A failing dependency is a failed check, never an exception."""
+    checks = {"database": _database_ok(), "broker": _broker_ok()}
+    try:
+        age = beat_age_seconds()
+    except Exception:
+        # the cache (Redis in production) is down: beat's mark cannot be read either
+        checks["cache"] = False
+        age = None
+    else:
+        checks["cache"] = True
+    checks["beat"] = age is not None and age <= settings.BEAT_STALE_SECONDS
+    return Readiness(checks=checks, beat_age_seconds=age)
+
+
+def _database_ok() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except Exception:
+        return False
+
+
+def _broker_ok() -> bool:
+    from config.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True
+    except Exception:
+        return False
 
 
 IDEMPOTENCY_TTL = dt.timedelta(hours=24)

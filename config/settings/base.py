@@ -8,27 +8,71 @@ cache, so `make run` needs nothing installed. `DATABASE_URL`, `CELERY_BROKER_URL
 from __future__ import annotations
 
 import ipaddress
+import logging
+import math
 from pathlib import Path
+from typing import overload
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent.parent
-
-env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+from config.settings.environment import BASE_DIR, env
+from extensions_host.surfaces.rates import parse_rate
 
 VAR_DIR = Path(env.str("HOST_VAR_DIR", default=str(BASE_DIR / "var")))
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
-    """Read an integer setting, raising ImproperlyConfigured with the variable's name."""
+@overload
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int: ...
+@overload
+def env_int(
+    name: str, default: None, *, minimum: int = 0, maximum: int | None = None
+) -> int | None: ...
+def env_int(
+    name: str, default: int | None, *, minimum: int = 0, maximum: int | None = None
+) -> int | None:
+    """Read an integer setting (unset or empty: `default`), raising ImproperlyConfigured with
+    the variable's name and its bounds."""
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    bounds = f">= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
     try:
-        value = env.int(name, default=default)
-    except (ValueError, TypeError) as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer") from exc
-    if value < minimum:
-        raise ImproperlyConfigured(f"{name} must be >= {minimum}")
+        value = int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer {bounds}, got {raw!r}") from exc
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ImproperlyConfigured(f"{name} must be an integer {bounds}, got {value}")
+    return value
+
+
+def env_float(name: str, default: float, *, maximum: float) -> float:
+    """Read a positive number of seconds (unset or empty: `default`), raising
+    ImproperlyConfigured with the variable's name and its bounds."""
+    raw = env.str(name, default="").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    # NaN compares false with everything: test for a finite value explicitly
+    if not (math.isfinite(value) and 0 < value <= maximum):
+        raise ImproperlyConfigured(f"{name} must be a number > 0 and <= {maximum:g}, got {raw!r}")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """Read a rate like `600/min` (or `off`), normalised, raising ImproperlyConfigured with the
+    variable's name and the accepted format."""
+    value = env.str(name, default="").strip().lower() or default
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"{name} must be <count>/<s|sec|second|m|min|minute|h|hour|d|day> (like 600/min) "
+            f"or off, got {value!r}"
+        ) from exc
     return value
 
 
@@ -176,13 +220,15 @@ HOST_PUBLIC_URL = env.str("HOST_PUBLIC_URL", default="")
 HOST_DATA_DIR = Path(env.str("HOST_DATA_DIR", default=str(VAR_DIR / "data")))
 HOST_MAX_BODY_BYTES = env_int("HOST_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 HOST_CORS_ORIGINS = env.list("HOST_CORS_ORIGINS", default=[])
-HOST_WRITE_RATE = env.str("HOST_WRITE_RATE", default="600/min")
+# Per-principal write rate ("600/min"; "off" disables), DRF's throttle rate below.
+HOST_WRITE_RATE = env_rate("HOST_WRITE_RATE", "600/min")
 AGENT_RUNTIME = env.str("AGENT_RUNTIME", default="echo")
 if AGENT_RUNTIME not in {"echo", "external"}:
     raise ImproperlyConfigured("AGENT_RUNTIME must be 'echo' or 'external'")
 IDLE_AFTER_SECONDS = env_int("IDLE_AFTER_SECONDS", 900, minimum=1)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 300, minimum=1)
-RETENTION_DAYS = env.int("RETENTION_DAYS", default=None) if env.str("RETENTION_DAYS", "") else None
+# Unset: keep archived conversations forever. 0 would make the daily sweep delete every one.
+RETENTION_DAYS = env_int("RETENTION_DAYS", None, minimum=1)
 BEAT_STALE_SECONDS = env_int("BEAT_STALE_SECONDS", 60, minimum=1)
 
 CORS_ALLOWED_ORIGINS = HOST_CORS_ORIGINS
@@ -204,7 +250,8 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "core.schema.HostAutoSchema",
     "EXCEPTION_HANDLER": "core.errors.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"writes": HOST_WRITE_RATE},
+    # DRF reads a None rate as "not throttled"
+    "DEFAULT_THROTTLE_RATES": {"writes": HOST_WRITE_RATE if parse_rate(HOST_WRITE_RATE) else None},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -220,6 +267,8 @@ SPECTACULAR_SETTINGS = {
 # --- Celery ------------------------------------------------------------------------------------
 # Embedded default: the filesystem broker (one machine; polls about once a second; no
 # redelivery of a task whose worker crashed). Redis or RabbitMQ give every guarantee.
+# Every process makes the broker's folders itself, so `migrate` + `runserver` work without
+# `bootstrap`; a missing folder would fail every enqueue after commit.
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
@@ -232,6 +281,8 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
+    for _folder in ("queue", "processed", "control"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
 elif CELERY_BROKER_URL.startswith("redis"):
     # Precise timer wakes are scheduled at most HOST_WAKE_HORIZON_SECONDS ahead; the visibility
     # timeout must stay well above that so an eta task is never redelivered early.
@@ -244,24 +295,38 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# One task reserved per process on a real broker: a long task never holds others back. The
+# filesystem broker has no event loop: the worker applies late acks between 2-second waits for
+# messages, so one reserved task per process would cap it at about one task a second, slower
+# than beat's sweeps arrive (measured: 100 queued tasks took 92 s; with 16, under a second).
+CELERY_WORKER_PREFETCH_MULTIPLIER = 16 if CELERY_BROKER_URL.startswith("filesystem") else 1
 CELERY_TASK_SOFT_TIME_LIMIT = 60
 CELERY_TASK_TIME_LIMIT = 90
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_INTERVAL_SECONDS = float(env.str("CELERY_BEAT_INTERVAL_SECONDS", default="1"))
+# The tick of the fast sweeps in config/celery.py's beat schedule (which reads it from here).
+CELERY_BEAT_INTERVAL_SECONDS = env_float("CELERY_BEAT_INTERVAL_SECONDS", 1.0, maximum=3600)
 
 # --- Logging -----------------------------------------------------------------------------------
 
 LOG_JSON = env_bool("LOG_JSON", False)
-LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").strip().upper()
+if LOG_LEVEL not in logging.getLevelNamesMapping():
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL must be a logging level name (DEBUG, INFO, WARNING, ERROR, CRITICAL), "
+        f"got {LOG_LEVEL!r}"
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"request_id": {"()": "core.logging.RequestIdFilter"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+        # the record's `extra` fields follow the message as key=value (core.logging)
+        "plain": {
+            "()": "core.logging.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+        },
         "json": {"()": "core.logging.JsonFormatter"},
     },
     "handlers": {
@@ -310,28 +375,15 @@ SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
 
 # --- Extension surfaces: send rate, live event stream (spec 04, spec 01 live updates) ----------
 # Per-extension rate of `ctx.send` ("600/min"; "off" disables): over it → AdmissionError(throttled).
-HOST_SEND_RATE = env.str("HOST_SEND_RATE", default="600/min")
-try:
-    from extensions_host.surfaces.rates import parse_rate as _parse_send_rate
-
-    _parse_send_rate(HOST_SEND_RATE)
-except ValueError as exc:
-    raise ImproperlyConfigured(f"HOST_SEND_RATE: {exc}") from exc
+HOST_SEND_RATE = env_rate("HOST_SEND_RATE", "600/min")
 # The SSE stream (served by `uvicorn config.asgi`): poll interval without / with the PostgreSQL
 # LISTEN/NOTIFY wake-up hint, keep-alive comment interval, lifetime before the client
 # reconnects with Last-Event-ID, and the reconnect delay suggested to clients.
-HOST_SSE_POLL_SECONDS = float(env.str("HOST_SSE_POLL_SECONDS", default="0.5"))
-HOST_SSE_POLL_HINTED_SECONDS = float(env.str("HOST_SSE_POLL_HINTED_SECONDS", default="1.0"))
-HOST_SSE_KEEPALIVE_SECONDS = float(env.str("HOST_SSE_KEEPALIVE_SECONDS", default="15"))
-HOST_SSE_LIFETIME_SECONDS = float(env.str("HOST_SSE_LIFETIME_SECONDS", default="300"))
+HOST_SSE_POLL_SECONDS = env_float("HOST_SSE_POLL_SECONDS", 0.5, maximum=60)
+HOST_SSE_POLL_HINTED_SECONDS = env_float("HOST_SSE_POLL_HINTED_SECONDS", 1.0, maximum=60)
+HOST_SSE_KEEPALIVE_SECONDS = env_float("HOST_SSE_KEEPALIVE_SECONDS", 15.0, maximum=3600)
+HOST_SSE_LIFETIME_SECONDS = env_float("HOST_SSE_LIFETIME_SECONDS", 300.0, maximum=86400)
 HOST_SSE_RETRY_MS = env_int("HOST_SSE_RETRY_MS", 1000, minimum=100)
-if not (
-    0 < HOST_SSE_POLL_SECONDS <= 60
-    and 0 < HOST_SSE_POLL_HINTED_SECONDS <= 60
-    and 0 < HOST_SSE_KEEPALIVE_SECONDS <= 3600
-    and 0 < HOST_SSE_LIFETIME_SECONDS <= 86400
-):
-    raise ImproperlyConfigured("HOST_SSE_* intervals must be positive (and bounded)")
 SPECTACULAR_SETTINGS.setdefault(
     "POSTPROCESSING_HOOKS", ["drf_spectacular.hooks.postprocess_schema_enums"]
 ).append("extensions_host.surfaces.schema.add_event_stream")
@@ -347,6 +399,22 @@ if CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600) <= HOST_WAKE_
     raise ImproperlyConfigured("HOST_WAKE_HORIZON_SECONDS must be below the visibility timeout")
 # How long one sweep task keeps taking pages before it re-enqueues itself.
 HOST_SWEEP_BUDGET_SECONDS = env_int("HOST_SWEEP_BUDGET_SECONDS", 5, minimum=1)
+# A sweep task works for its budget plus at most one page of hooks at the worker deadline, and
+# must end before its soft time limit (`SWEEP_LIMITS` in extensions_host/background/tasks.py
+# is built from this value), with headroom for the page's commit and the re-enqueue.
+HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS = 50
+_SWEEP_HEADROOM_SECONDS = 5
+if (
+    HOST_SWEEP_BUDGET_SECONDS * 1000 + HOST_HOOK_DEADLINE_WORKER_MS
+    >= (HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS - _SWEEP_HEADROOM_SECONDS) * 1000
+):
+    raise ImproperlyConfigured(
+        "HOST_SWEEP_BUDGET_SECONDS + HOST_HOOK_DEADLINE_WORKER_MS must stay under "
+        f"{HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS - _SWEEP_HEADROOM_SECONDS} s (the sweep tasks' "
+        f"{HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS} s soft time limit less "
+        f"{_SWEEP_HEADROOM_SECONDS} s of headroom), got {HOST_SWEEP_BUDGET_SECONDS} s + "
+        f"{HOST_HOOK_DEADLINE_WORKER_MS} ms"
+    )
 # A timer sweep that fired timers waits for the next one when it falls due within this many
 # milliseconds (within its budget) instead of handing over to a new wake task (0: never).
 HOST_TIMER_PUMP_MS = env_int("HOST_TIMER_PUMP_MS", 250, minimum=0)
@@ -374,9 +442,7 @@ HOST_NOTIFY_DEADLINE_MS = env_int("HOST_NOTIFY_DEADLINE_MS", 10_000, minimum=1)
 if HOST_NOTIFY_DEADLINE_MS > 300_000:
     raise ImproperlyConfigured("HOST_NOTIFY_DEADLINE_MS must be <= 300000")
 # How often ctx.host.conversations.watch polls a conversation's version.
-HOST_WATCH_POLL_SECONDS = float(env.str("HOST_WATCH_POLL_SECONDS", default="0.1"))
-if not 0 < HOST_WATCH_POLL_SECONDS <= 10:
-    raise ImproperlyConfigured("HOST_WATCH_POLL_SECONDS must be in (0, 10]")
+HOST_WATCH_POLL_SECONDS = env_float("HOST_WATCH_POLL_SECONDS", 0.1, maximum=10)
 # /metrics: a bearer token, and/or the networks allowed without one (loopback by default; set
 # it empty behind a reverse proxy on the same machine, where every caller looks local).
 HOST_METRICS_TOKEN = env.str("HOST_METRICS_TOKEN", default="")

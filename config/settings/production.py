@@ -1,6 +1,7 @@
 """Production settings: no insecure defaults, strict transport security, JSON logs.
 
-Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL, CACHE_URL, ALLOWED_HOSTS.
+Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL, CACHE_URL, ALLOWED_HOSTS,
+from the environment or the project's `.env` (the environment wins).
 `manage.py check --deploy` is clean with these settings and SILENCED_SYSTEM_CHECKS empty.
 """
 
@@ -10,19 +11,31 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
+# First: `.env` is in os.environ from here on, so the checks and defaults below see its values.
+from config.settings.environment import env
+
 # Production refuses the embedded defaults for what must be explicit.
 for _name in ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "ALLOWED_HOSTS"):
-    if not os.environ.get(_name):
+    if not env.str(_name, default=""):
         raise ImproperlyConfigured(f"{_name} must be set in production")
+# Production defaults: only where neither the environment nor `.env` sets the variable.
 os.environ.setdefault("HOST_AUTO_ADMIT", "false")
 os.environ.setdefault("AGENT_RUNTIME", "external")
 os.environ.setdefault("LOG_JSON", "true")
 
 from config.settings.base import *  # noqa: E402, F403
-from config.settings.base import env_bool, env_int  # noqa: E402
+from config.settings.base import DATABASES, env_bool, env_int  # noqa: E402
 
 if HOST_AUTH == "none":  # noqa: F405
     raise ImproperlyConfigured("HOST_AUTH=none is for local development only")
+# Row locks, skip-locked claims and LISTEN/NOTIFY hints need PostgreSQL; SQLite is embedded only.
+if DATABASES["default"]["ENGINE"] not in {
+    "django.db.backends.postgresql",
+    "django.contrib.gis.db.backends.postgis",
+}:
+    raise ImproperlyConfigured(
+        "DATABASE_URL must point at PostgreSQL in production (postgres://user@host:5432/name)"
+    )
 
 DEBUG = False
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

@@ -1,0 +1,323 @@
+"""Settings as an operator meets them: `.env` honoured everywhere (production, beat, make run),
+bad values refused at start with the variable's name, production's database enforced.
+
+Each test loads the settings in a fresh process from a project folder whose `config` package is
+a copy (so its BASE_DIR, and the `.env` it reads, is that folder); every other package comes
+from this checkout through PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRODUCTION_REQUIRED = {
+    "SECRET_KEY": "x7Gq2vN9pL4sT8wB1mK6rY3zH5jD0cF9aE2uQ7iO4nV8gS1bW6tX3yR5kM0lP9dZ",
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/hyphae",
+    "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+    "CACHE_URL": "redis://127.0.0.1:6379/1",
+    "ALLOWED_HOSTS": "hyphae.example.com",
+}
+
+SHOW = """
+import json
+from django.conf import settings
+print(json.dumps({name: getattr(settings, name) for name in %r}, default=str))
+"""
+
+LOAD = "from django.conf import settings; settings.INSTALLED_APPS"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    shutil.copytree(
+        ROOT / "config", folder / "config", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    return folder
+
+
+def python(
+    project: Path, code: str, *, module: str = "config.settings.base", dotenv: str = "", **env: str
+) -> subprocess.CompletedProcess:
+    if dotenv:
+        (project / ".env").write_text(dotenv)
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(ROOT),  # after the project folder, which `-c` puts first
+        "DJANGO_SETTINGS_MODULE": module,
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def show(project: Path, *names: str, **kwargs: str) -> dict:
+    done = python(project, SHOW % (names,), **kwargs)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def dotenv(values: dict[str, str]) -> str:
+    return "".join(f"{name}={value}\n" for name, value in values.items())
+
+
+# --- .env is read first, in one place --------------------------------------------------------
+
+
+def test_production_takes_its_required_settings_from_dotenv(project):
+    values = show(
+        project,
+        "SECRET_KEY",
+        "ALLOWED_HOSTS",
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED),
+    )
+    assert values == {
+        "SECRET_KEY": PRODUCTION_REQUIRED["SECRET_KEY"],
+        "ALLOWED_HOSTS": ["hyphae.example.com"],
+    }
+
+
+def test_production_keeps_dotenv_values_of_the_keys_it_defaults(project):
+    overrides = {"HOST_AUTO_ADMIT": "true", "AGENT_RUNTIME": "echo", "LOG_JSON": "false"}
+    values = show(
+        project,
+        "HOST_AUTO_ADMIT",
+        "AGENT_RUNTIME",
+        "LOG_JSON",
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | overrides),
+    )
+    assert values == {"HOST_AUTO_ADMIT": True, "AGENT_RUNTIME": "echo", "LOG_JSON": False}
+
+
+def test_production_defaults_apply_when_neither_the_environment_nor_dotenv_sets_them(project):
+    values = show(
+        project,
+        "HOST_AUTO_ADMIT",
+        "AGENT_RUNTIME",
+        "LOG_JSON",
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED),
+    )
+    assert values == {"HOST_AUTO_ADMIT": False, "AGENT_RUNTIME": "external", "LOG_JSON": True}
+
+
+def test_the_environment_wins_over_dotenv(project):
+    values = show(
+        project,
+        "SECRET_KEY",
+        "AGENT_RUNTIME",
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"AGENT_RUNTIME": "echo"}),
+        SECRET_KEY="from-the-environment-" + "k" * 40,
+        AGENT_RUNTIME="external",
+    )
+    assert values == {"SECRET_KEY": "from-the-environment-" + "k" * 40, "AGENT_RUNTIME": "external"}
+
+
+def test_production_still_refuses_to_start_when_dotenv_lacks_a_required_setting(project):
+    required = dict(PRODUCTION_REQUIRED)
+    del required["CACHE_URL"]
+    done = python(project, LOAD, module="config.settings.production", dotenv=dotenv(required))
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: CACHE_URL must be set in production" in done.stderr
+
+
+def test_production_refuses_a_sqlite_database(project):
+    done = python(
+        project,
+        LOAD,
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"DATABASE_URL": f"sqlite:///{project}/db.sqlite3"}),
+    )
+    assert done.returncode != 0
+    assert (
+        "ImproperlyConfigured: DATABASE_URL must point at PostgreSQL in production" in done.stderr
+    )
+
+
+def test_beat_ticks_at_the_interval_dotenv_sets(project):
+    code = (
+        "from django.conf import settings\n"
+        "from config.celery import app\n"
+        "schedule = app.conf.beat_schedule\n"
+        "print(settings.CELERY_BEAT_INTERVAL_SECONDS, schedule['fire-timers']['schedule'],"
+        " schedule['run-jobs']['schedule'])\n"
+    )
+    done = python(project, code, dotenv="CELERY_BEAT_INTERVAL_SECONDS=7\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7.0", "7.0", "7.0"]
+
+
+# --- bad values are refused at start, naming the variable ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("HOST_WRITE_RATE", "garbage", "HOST_WRITE_RATE must be <count>/<s|sec|second|m|min"),
+        ("HOST_WRITE_RATE", "10/fortnight", "HOST_WRITE_RATE must be <count>/<s|sec|second|m|min"),
+        ("HOST_WRITE_RATE", "0/min", "HOST_WRITE_RATE must be <count>/"),
+        ("RETENTION_DAYS", "0", "RETENTION_DAYS must be an integer >= 1, got 0"),
+        ("RETENTION_DAYS", "-3", "RETENTION_DAYS must be an integer >= 1, got -3"),
+        ("RETENTION_DAYS", "abc", "RETENTION_DAYS must be an integer >= 1, got 'abc'"),
+        ("IDLE_AFTER_SECONDS", "soon", "IDLE_AFTER_SECONDS must be an integer >= 1"),
+        ("CELERY_BEAT_INTERVAL_SECONDS", "0", "CELERY_BEAT_INTERVAL_SECONDS must be a number > 0"),
+        ("CELERY_BEAT_INTERVAL_SECONDS", "fast", "CELERY_BEAT_INTERVAL_SECONDS must be a number"),
+        ("HOST_SSE_POLL_SECONDS", "0", "HOST_SSE_POLL_SECONDS must be a number > 0 and <= 60"),
+        ("HOST_SSE_POLL_SECONDS", "nan", "HOST_SSE_POLL_SECONDS must be a number > 0 and <= 60"),
+        ("HOST_SSE_KEEPALIVE_SECONDS", "inf", "HOST_SSE_KEEPALIVE_SECONDS must be a number > 0"),
+        ("HOST_SSE_LIFETIME_SECONDS", "-1", "HOST_SSE_LIFETIME_SECONDS must be a number > 0"),
+        ("HOST_WATCH_POLL_SECONDS", "11", "HOST_WATCH_POLL_SECONDS must be a number > 0 and <= 10"),
+        ("LOG_LEVEL", "loud", "LOG_LEVEL must be a logging level name"),
+    ],
+)
+def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, value, message):
+    done = python(project, LOAD, **{name: value})
+    assert done.returncode != 0
+    assert f"django.core.exceptions.ImproperlyConfigured: {message}" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"HOST_SWEEP_BUDGET_SECONDS": "15"},  # + the default 30 s worker deadline
+        {"HOST_SWEEP_BUDGET_SECONDS": "5", "HOST_HOOK_DEADLINE_WORKER_MS": "40000"},
+    ],
+)
+def test_a_sweep_budget_that_could_outlast_the_soft_time_limit_is_refused(project, env):
+    done = python(project, LOAD, **env)
+    assert done.returncode != 0
+    assert (
+        "ImproperlyConfigured: HOST_SWEEP_BUDGET_SECONDS + HOST_HOOK_DEADLINE_WORKER_MS must stay"
+        " under 45 s" in done.stderr
+    )
+
+
+def test_good_values_are_read_and_normalised(project):
+    values = show(
+        project,
+        "RETENTION_DAYS",
+        "HOST_WRITE_RATE",
+        "REST_FRAMEWORK",
+        "LOG_LEVEL",
+        "HOST_SWEEP_BUDGET_SECONDS",
+        "HOST_SSE_POLL_SECONDS",
+        RETENTION_DAYS="30",
+        HOST_WRITE_RATE=" 20/Second ",
+        LOG_LEVEL="debug",
+        HOST_SWEEP_BUDGET_SECONDS="14",
+        HOST_SSE_POLL_SECONDS="0.25",
+    )
+    assert values["RETENTION_DAYS"] == 30
+    assert values["HOST_WRITE_RATE"] == "20/second"
+    assert values["REST_FRAMEWORK"]["DEFAULT_THROTTLE_RATES"] == {"writes": "20/second"}
+    assert values["LOG_LEVEL"] == "DEBUG"
+    assert values["HOST_SWEEP_BUDGET_SECONDS"] == 14
+    assert values["HOST_SSE_POLL_SECONDS"] == 0.25
+
+
+def test_unset_retention_keeps_conversations_and_off_turns_the_write_rate_off(project):
+    values = show(project, "RETENTION_DAYS", "REST_FRAMEWORK", HOST_WRITE_RATE="off")
+    assert values["RETENTION_DAYS"] is None
+    assert values["REST_FRAMEWORK"]["DEFAULT_THROTTLE_RATES"] == {"writes": None}
+
+
+# --- make run and the Procfile use HOST_VAR_DIR ----------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_run_finds_local_env_under_the_var_dir_of_the_settings(project):
+    shutil.copy(ROOT / "Makefile", project / "Makefile")
+    (project / ".venv").symlink_to(ROOT / ".venv")
+    (project / ".env").write_text("HOST_VAR_DIR=/srv/hyphae-var\n")
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(ROOT),
+    }
+    printed = subprocess.run(
+        ["make", "-s", "--eval", "print-var-dir: ; @$(SETTINGS_VAR_DIR)", "print-var-dir"],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.strip() == "/srv/hyphae-var"
+    recipe = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed", "run"],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    honcho = next(line for line in recipe.stdout.splitlines() if "honcho start" in line)
+    assert '--env "$var_dir/local.env"' in honcho
+
+
+@pytest.mark.parametrize(("var_dir", "expected"), [(None, "var"), ("/srv/v", "/srv/v")])
+def test_the_procfile_beat_keeps_its_schedule_under_host_var_dir(var_dir, expected):
+    line = next(
+        line for line in (ROOT / "Procfile").read_text().splitlines() if line.startswith("beat:")
+    )
+    command = line.removeprefix("beat:").strip()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if var_dir:
+        env["HOST_VAR_DIR"] = var_dir
+    # honcho runs each line with the shell: print the words the shell would pass on
+    words = subprocess.run(
+        ["sh", "-c", f"printf '%s\\n' {command}"], env=env, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert words[words.index("--schedule") + 1] == f"{expected}/celerybeat-schedule"
+
+
+# --- the embedded broker keeps up with beat ----------------------------------------------------
+
+WORKER = (
+    "from config.celery import app\n"
+    "from django.conf import settings\n"
+    "import os\n"
+    "folders = sorted(os.listdir(settings.VAR_DIR / 'broker'))"
+    " if settings.CELERY_BROKER_URL.startswith('filesystem') else []\n"
+    "print(app.conf.worker_prefetch_multiplier, app.conf.beat_schedule['fire-timers']"
+    "['options']['expires'], ','.join(folders) or '-')\n"
+)
+
+
+def test_the_filesystem_broker_reserves_enough_tasks_and_makes_its_folders(project):
+    # one reserved task per process caps a filesystem-broker worker at ~1 task/s, slower
+    # than beat's sweeps arrive; its folders must exist before the first enqueue
+    done = python(project, WORKER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["16", "30.0", "control,processed,queue"]
+
+
+def test_a_real_broker_reserves_one_task_per_process_and_stale_sweeps_expire(project):
+    done = python(project, WORKER, CELERY_BROKER_URL="redis://127.0.0.1:6379/0")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "30.0", "-"]
+    slow = python(
+        project,
+        WORKER,
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/0",
+        CELERY_BEAT_INTERVAL_SECONDS="5",
+    )
+    assert slow.stdout.split()[1] == "50.0"
