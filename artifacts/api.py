@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 
 from artifacts import selectors, services
 from artifacts.choices import ID_MAX, MESSAGE_MAX, NAME_MAX
+from artifacts.selectors import MSG_OPERATION_NOT_FOUND
 from artifacts.serializers import (
     AttemptOutputSerializer,
     ClearOutputSerializer,
@@ -47,8 +48,6 @@ from core.auth import principal_of
 from core.errors import HostError
 from core.permissions import Admin, AllowAnonymousReads, Runtime
 from core.schema import error_responses
-
-MSG_OPERATION_NOT_FOUND = "Artifact operation not found"
 
 WRITE_ERRORS = (400, 401, 403, 409, 413, 415)
 
@@ -369,8 +368,8 @@ class HeadReconcileApi(APIView):
 
 
 class OperationFollowupApi(APIView):
-    """`read_followup`: the follow-up summary of one operation. The runtime reads any; others
-    need read access to the operation's conversation (404 otherwise)."""
+    """`read_followup`: the follow-up summary of one operation (the runtime reads any; others
+    need read access to its conversation: `selectors.followup_read`)."""
 
     permission_classes = [AllowAnonymousReads]
 
@@ -379,18 +378,10 @@ class OperationFollowupApi(APIView):
         responses={200: FollowupSummarySerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, operation_id: str) -> Response:
-        principal = principal_of(request)
-        valid_id = len(operation_id) <= ID_MAX and "\x00" not in operation_id
-        operation = selectors.operation_get(operation_id=operation_id) if valid_id else None
-        if operation is None:
-            raise HostError("store", "not_found", MSG_OPERATION_NOT_FOUND)
-        if not principal.is_runtime:
-            try:
-                conversation_get(principal=principal, conversation_id=operation.world_id)
-            except HostError as exc:
-                # an unreadable world hides its operations entirely
-                raise HostError("store", "not_found", MSG_OPERATION_NOT_FOUND) from exc
-        return Response(summary_data(selectors.followup_summary(operation)))
+        summary = selectors.followup_read(
+            principal=principal_of(request), operation_id=operation_id
+        )
+        return Response(summary_data(summary))
 
 
 class WorldArtifactsApi(APIView):

@@ -21,6 +21,7 @@ from django.db.models import Q
 from artifacts.ephemeral import ephemeral_get_many
 from artifacts.fingerprints import payload_decode
 from artifacts.models import (
+    ID_MAX,
     OPEN_FOLLOWUP,
     Event,
     EventKind,
@@ -33,6 +34,11 @@ from artifacts.models import (
     Strategy,
 )
 from artifacts.types import FollowupSummary
+from conversations.selectors import conversation_contents_readable
+from core.auth import Principal
+from core.errors import HostError
+
+MSG_OPERATION_NOT_FOUND = "Artifact operation not found"
 
 PENDING, ACTIVE, SUPERSEDED, CLEARED = "pending", "active", "superseded", "cleared"
 DEBUG_LIMIT_MAX = 1000
@@ -328,10 +334,18 @@ def operation_get(*, operation_id: str) -> Operation | None:
     return Operation.objects.filter(pk=operation_id).first()
 
 
-def followup_read(*, operation_id: str) -> FollowupSummary | None:
-    """`read_followup`: the follow-up summary of an operation, or None."""
-    operation = operation_get(operation_id=operation_id)
-    return None if operation is None else followup_summary(operation)
+def followup_read(*, principal: Principal, operation_id: str) -> FollowupSummary:
+    """`read_followup`: the follow-up summary of an operation. The runtime reads any; anyone
+    else needs read access to the operation's conversation (its world): an unreadable world
+    hides its operations entirely, with the 404 of a missing one."""
+    # an id that cannot exist is simply not found (a NUL would be a driver error on PostgreSQL)
+    usable = len(operation_id) <= ID_MAX and "\x00" not in operation_id
+    operation = operation_get(operation_id=operation_id) if usable else None
+    if operation is None or not conversation_contents_readable(
+        principal=principal, conversation_id=operation.world_id
+    ):
+        raise HostError("store", "not_found", MSG_OPERATION_NOT_FOUND)
+    return followup_summary(operation)
 
 
 def followup_summaries(*, world_id: str) -> list[FollowupSummary]:

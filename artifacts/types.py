@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from artifacts.models import (
     Strategy,
 )
 from core.errors import HostError
+from core.validation import json_problem
 
 MSG_CONTEXT_INVALID = "Artifact operation context is invalid"
 MSG_REQUEST_CONTEXT_INVALID = "Artifact request context is invalid"
@@ -357,16 +357,12 @@ def contract_violation(contract: Mapping[str, Any], payload: Any) -> str | None:
 
 
 def is_json_value(value: Any) -> bool:
-    """JSON's value space: no NaN/Infinity, string keys only."""
-    if value is None or isinstance(value, str | bool | int):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list | tuple):
-        return all(is_json_value(item) for item in value)
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and is_json_value(v) for k, v in value.items())
-    return False
+    """JSON's value space: no NaN/Infinity, string keys only.
+
+    A payload is stored as its JSON *text* (a NUL is escaped there), parsed from the request
+    (no depth bound beyond the parser's); a lone surrogate is the emit's own rejection, found
+    where it encodes the payload anyway."""
+    return json_problem(value, max_depth=None, check_text=False) is None
 
 
 @dataclass(frozen=True)

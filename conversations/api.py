@@ -3,14 +3,14 @@ serialise; every rule lives in `conversations.services` and `conversations.selec
 
 Access (spec 01): conversation endpoints go through `conversation_get` (404 for what the
 principal cannot read, before any other check; 403 for readable-but-not-writable); anonymous
-callers get 401 except for reads of public conversations. Runtime endpoints need the runtime
-principal and are not subject to sharing.
+callers get 401 except for reads of public conversations (on the views open to anonymous reads,
+the exception handler turns their 404 into that 401: `core.errors`). Runtime endpoints need
+the runtime principal and are not subject to sharing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
@@ -20,7 +20,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations import selectors, services
-from conversations.models import Delivery, Outcome, Role, Run, Sharing
+from conversations.models import (
+    Delivery,
+    Outcome,
+    Role,
+    Run,
+    Sharing,
+    conversation_id_validator,
+)
 from conversations.serializers import (
     ConversationDetailSerializer,
     ConversationPagination,
@@ -37,33 +44,18 @@ from conversations.serializers import (
     SubmissionCreatedSerializer,
     SubmissionPartSerializer,
     SubmissionSerializer,
-    conversation_id_pattern,
 )
 from conversations.services.submissions import WHEN_BUSY
 from core.api_base import ListQuerySerializer, StrictSerializer, paginated
-from core.auth import Principal, principal_of
+from core.auth import principal_of
 from core.db import BIGINT_MAX
-from core.errors import MSG_UNAUTHENTICATED, HostError
+from core.errors import HostError
 from core.permissions import AllowAnonymousReads, Authenticated, Runtime
 from core.schema import error_responses
-
-T = TypeVar("T")
 
 ConversationPage = paginated(ConversationSerializer, "ConversationPage")
 EntryPage = paginated(EntrySerializer, "EntryPage")
 NOTHING_TO_CLAIM = OpenApiResponse(description="Nothing is runnable right now.")
-
-
-def _read(request: Request, read: Callable[[Principal], T]) -> T:
-    """Run a read; an anonymous caller who cannot read gets 401, never a 404 (authentication
-    comes first, and a 401 says nothing about whether the conversation exists)."""
-    principal = principal_of(request)
-    try:
-        return read(principal)
-    except HostError as exc:
-        if exc.cause == "not_found" and not principal.is_authenticated:
-            raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
-        raise
 
 
 def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -114,7 +106,7 @@ class ConversationListCreateApi(APIView):
         id = StrictCharField(
             required=False,
             max_length=64,
-            validators=[conversation_id_pattern],
+            validators=[conversation_id_validator],
             help_text="Client-chosen id; generated (unguessable) when absent.",
         )
         name = StrictCharField(required=False, max_length=200, allow_blank=True, default="")
@@ -178,7 +170,7 @@ class ConversationDetailApi(APIView):
         responses={200: ConversationDetailSerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        return _read(request, lambda _: _detail(request, conversation_id))
+        return _detail(request, conversation_id)
 
     @extend_schema(
         operation_id="conversations_update",
@@ -206,7 +198,7 @@ class ConversationForkApi(APIView):
         id = StrictCharField(
             required=False,
             max_length=64,
-            validators=[conversation_id_pattern],
+            validators=[conversation_id_validator],
             help_text="Client-chosen id of the fork.",
         )
         name = StrictCharField(required=False, max_length=200, allow_blank=True)
@@ -264,11 +256,8 @@ class ConversationEntriesApi(APIView):
         responses={200: EntryPage, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        conversation = _read(
-            request,
-            lambda principal: selectors.conversation_get(
-                principal=principal, conversation_id=conversation_id
-            ),
+        conversation = selectors.conversation_get(
+            principal=principal_of(request), conversation_id=conversation_id
         )
         _valid(ListQuerySerializer, request.query_params.dict())
         paginator = EntryPagination()
@@ -349,12 +338,10 @@ class SubmissionWithdrawApi(APIView):
         responses={200: SubmissionSerializer, **error_responses(401, 403, 404, 409)},
     )
     def delete(self, request: Request, conversation_id: str, submission_id: int) -> Response:
-        principal = principal_of(request)
-        selectors.conversation_get(principal=principal, conversation_id=conversation_id, write=True)
-        if submission_id > BIGINT_MAX:
-            raise HostError("store", "not_found", "Submission not found")
         submission = services.submission_withdraw(
-            principal=principal, conversation_id=conversation_id, submission_id=submission_id
+            principal=principal_of(request),
+            conversation_id=conversation_id,
+            submission_id=submission_id,
         )
         return Response(SubmissionSerializer(submission).data)
 
@@ -390,8 +377,6 @@ class ConversationRunClaimApi(APIView):
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         data = _valid(ClaimInputSerializer, request.data)
-        if not services.common.conversation_id_valid(conversation_id):
-            raise HostError("store", "not_found", selectors.MSG_CONVERSATION_NOT_FOUND)
         claim = services.run_claim(conversation_id=conversation_id, claim_key=data.get("claim_key"))
         if claim is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -424,9 +409,7 @@ class RunDetailApi(APIView):
         responses={200: RunDetailSerializer, **error_responses(401, 404)},
     )
     def get(self, request: Request, run_id: int) -> Response:
-        run = _read(
-            request, lambda principal: selectors.run_get(principal=principal, run_id=run_id)
-        )
+        run = selectors.run_get(principal=principal_of(request), run_id=run_id)
         return _run_detail(request, run)
 
 

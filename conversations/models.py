@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
@@ -9,8 +11,18 @@ from django.db.models import Q
 
 from core.models import TimestampedModel
 
-CONVERSATION_ID_RE = r"^[A-Za-z0-9_-]{1,64}$"
+# The one conversation-id rule (ids are client-chosen): 1-64 of A-Z a-z 0-9 _ -. `\A…\Z`, not
+# `^…$`: `$` also matches before a trailing newline, so "x\n" would pass. The OpenAPI schema
+# shows it as `^…$` (drf-spectacular translates the anchors for ECMA).
+CONVERSATION_ID_RE = r"\A[A-Za-z0-9_-]{1,64}\Z"
+_CONVERSATION_ID = re.compile(CONVERSATION_ID_RE)
 conversation_id_validator = RegexValidator(CONVERSATION_ID_RE, "Use 1-64 of A-Z a-z 0-9 _ -.")
+
+
+def conversation_id_valid(value: object) -> bool:
+    """Whether `value` could be a conversation id. Check before any query: an id that cannot
+    exist is simply not found (a NUL in it would be a driver error on PostgreSQL)."""
+    return isinstance(value, str) and _CONVERSATION_ID.match(value) is not None
 
 
 class Sharing(models.TextChoices):

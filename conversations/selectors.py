@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from conversations.models import (
     Sharing,
     Submission,
     SubmissionStatus,
+    conversation_id_valid,
 )
 from core import clock
 from core.access import Access, access_of
@@ -29,7 +29,6 @@ from core.errors import MSG_FORBIDDEN, HostError
 
 MSG_CONVERSATION_NOT_FOUND = "Conversation not found"
 MSG_RUN_NOT_FOUND = "Run not found"
-_CONVERSATION_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 SETTLED_BATCH_MAX = 1000
 
 
@@ -48,7 +47,7 @@ def conversation_get(
     """
     # an id that cannot exist is simply not found (and never reaches the database: a NUL in it
     # would be a driver error, not an answer)
-    valid = isinstance(conversation_id, str) and _CONVERSATION_ID.match(conversation_id)
+    valid = conversation_id_valid(conversation_id)
     conversation = Conversation.objects.filter(pk=conversation_id).first() if valid else None
     if conversation is None:
         raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)
@@ -58,6 +57,20 @@ def conversation_get(
     if write and (access != "owner" or not principal.can_write):
         raise HostError("auth", "forbidden", MSG_FORBIDDEN)
     return conversation
+
+
+def conversation_contents_readable(*, principal: Principal, conversation_id: str) -> bool:
+    """Whether the principal may read what belongs to a conversation (its runs, its artifact
+    operations): the runtime reads everything; anyone else needs read access to the
+    conversation. The caller answers its own 404 otherwise: an unreadable conversation hides
+    its contents entirely."""
+    if principal.is_runtime:
+        return True
+    try:
+        conversation_get(principal=principal, conversation_id=conversation_id)
+    except HostError:
+        return False
+    return True
 
 
 def conversations_visible(*, principal: Principal) -> QuerySet[Conversation]:
@@ -80,11 +93,6 @@ def conversation_head(*, conversation_id: str) -> int | None:
         .values_list("pk", flat=True)
         .first()
     )
-
-
-def conversation_busy(*, conversation_id: str) -> bool:
-    """Busy: a run is claimed and not settled."""
-    return Run.objects.filter(conversation_id=conversation_id, status=RunStatus.CLAIMED).exists()
 
 
 def _with_head_and_busy(qs: QuerySet[Conversation]) -> QuerySet[Conversation]:
@@ -131,11 +139,8 @@ def run_get(*, principal: Principal, run_id: int) -> Run:
     run = Run.objects.filter(pk=run_id).first() if 0 < run_id <= BIGINT_MAX else None
     if run is None:
         raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
-    if not principal.is_runtime:
-        try:
-            conversation_get(principal=principal, conversation_id=run.conversation_id)
-        except HostError as exc:
-            raise HostError("store", "not_found", MSG_RUN_NOT_FOUND) from exc
+    if not conversation_contents_readable(principal=principal, conversation_id=run.conversation_id):
+        raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)
     return run
 
 

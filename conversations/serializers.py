@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.validators import RegexValidator
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
@@ -22,11 +21,6 @@ from conversations.models import (
 from conversations.services.common import PART_TYPES_ENTRY, PART_TYPES_SUBMISSION
 from core.api_base import IdPagination, Pagination, StrictSerializer
 from core.db import BIGINT_MAX
-
-# The schema pattern (ECMA-compatible); the service re-checks with \A…\Z so a trailing newline
-# that `$` would let through is refused too.
-conversation_id_pattern = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", "Use 1-64 of A-Z a-z 0-9 _ -.")
-
 
 # ── strict scalar fields: JSON types are not coerced ("1" is not 1, "yes" is not true) ─────────
 

@@ -75,6 +75,18 @@ class Admin(permissions.BasePermission):
         return True
 
 
+class RuntimeOrAdmin(permissions.BasePermission):
+    """The agent runtime (service or `runtime` token) or staff."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        principal = principal_of(request)
+        if not principal.is_authenticated:
+            return False
+        if not (principal.is_runtime or principal.admin):
+            raise HostError("auth", "forbidden", MSG_FORBIDDEN)
+        return True
+
+
 class Public(permissions.BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         return True

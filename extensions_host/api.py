@@ -15,7 +15,6 @@ from rest_framework.views import APIView
 from conversations.selectors import conversation_get
 from core.api_base import Pagination, StrictSerializer
 from core.auth import principal_of
-from core.errors import MSG_UNAUTHENTICATED, HostError
 from core.permissions import Admin, AllowAnonymousReads, Authenticated
 from core.schema import error_responses
 from extensions_host import selectors
@@ -250,12 +249,6 @@ class ConversationProjectionApi(APIView):
         responses={200: ProjectionSerializer, **error_responses(401, 404, 503)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        principal = principal_of(request)
-        try:
-            body = projection_build(principal=principal, conversation_id=conversation_id)
-        except HostError as exc:
-            # an anonymous caller learns nothing about what exists: 401, never 404
-            if exc.cause == "not_found" and not principal.is_authenticated:
-                raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
-            raise
+        # an anonymous caller who finds nothing gets 401, not 404: the exception handler's rule
+        body = projection_build(principal=principal_of(request), conversation_id=conversation_id)
         return Response(body)

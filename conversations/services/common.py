@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -15,11 +12,12 @@ from django.db import connection, transaction
 from conversations.models import Conversation
 from core import clock
 from core.errors import HostError
+from core.validation import json_problem, json_size
 
 logger = logging.getLogger(__name__)
 
-# Error messages are constants: clients and tests rely on them.
-MSG_CONVERSATION_NOT_FOUND = "Conversation not found"
+# Error messages are constants: clients and tests rely on them (the not-found ones are the
+# selectors').
 MSG_ID_TAKEN = "Conversation id is taken"
 MSG_ID_INVALID = "Conversation id must be 1-64 of A-Z a-z 0-9 _ -"
 MSG_BUSY = "Conversation is busy"
@@ -28,8 +26,6 @@ MSG_REQUEST_ID_REUSED = "Request id was already used with different content"
 MSG_SUBMISSION_NOT_FOUND = "Submission not found"
 MSG_NOT_QUEUED = "Submission is no longer queued"
 MSG_FORK_POINT = "Fork point is not an entry of this conversation"
-MSG_FORK_ID_TAKEN = "Conversation id is taken"
-MSG_RUN_NOT_FOUND = "Run not found"
 MSG_RUN_NOT_CLAIMED = "Run is not claimed"
 MSG_RUN_RELEASED = "Run was released after its lease expired; claim again"
 MSG_RUN_OTHER_CONVERSATION = "Run belongs to another conversation"
@@ -42,13 +38,10 @@ MSG_CONTENT_TOO_LARGE = "Entry content is too large"
 MSG_CONTENT_INVALID = "Content is invalid"
 MSG_LEASE_EXPIRED = "lease expired"
 
-# ids the client chooses; `\Z`, not `$`: `$` would let a trailing newline through
-CONVERSATION_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 REQUEST_ID_MAX = 128
 TEXT_LIMIT_BYTES = 64 * 1024  # submission text, all text parts together (spec 01)
 CONTENT_LIMIT_BYTES = 1024 * 1024  # one entry's content, JSON-encoded (spec 01)
 MAX_PARTS = 256
-MAX_JSON_DEPTH = 32
 
 # What changed, for watchers (the SSE stream of a later issue sends it with the version).
 CHANGES = frozenset(
@@ -74,10 +67,6 @@ _PART_KEYS: dict[str, frozenset[str]] = {
     "tool_call": frozenset({"type", "id", "name", "arguments", "meta"}),
     "tool_result": frozenset({"type", "tool_call_id", "name", "ok", "content", "meta"}),
 }
-
-
-def conversation_id_valid(value: object) -> bool:
-    return isinstance(value, str) and CONVERSATION_ID.match(value) is not None
 
 
 def touch_sql(*, stamp_activity: bool = False) -> str:
@@ -158,43 +147,13 @@ def echo_wake() -> None:
 
 
 def json_check(value: Any, *, field: str) -> int:
-    """Reject what the database cannot store; return the UTF-8 size of the JSON encoding.
-
-    PostgreSQL's jsonb refuses NUL characters, lone surrogates cannot be encoded at all and
-    non-finite floats are not JSON: each would otherwise surface as a 500 at insert time.
-    """
-    _walk(value, field=field, depth=0)
-    try:
-        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return len(encoded.encode("utf-8"))
-    except (ValueError, UnicodeEncodeError) as exc:
-        raise _invalid(field, "Contains a value that cannot be stored.") from exc
-
-
-def _walk(value: Any, *, field: str, depth: int) -> None:
-    if depth > MAX_JSON_DEPTH:
-        raise _invalid(field, f"Nested deeper than {MAX_JSON_DEPTH} levels.")
-    if isinstance(value, str):
-        _string_check(value, field=field)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise _invalid(field, "Numbers must be finite.")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _string_check(str(key), field=field)
-            _walk(item, field=field, depth=depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _walk(item, field=field, depth=depth + 1)
-
-
-def _string_check(value: str, *, field: str) -> None:
-    if "\x00" in value:
-        raise _invalid(field, "Null characters are not allowed.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise _invalid(field, "Text must be valid Unicode.") from exc
+    """Reject what the database cannot store (`core.validation.json_problem`: NUL characters,
+    lone surrogates, non-finite numbers, nesting deeper than 32); return the UTF-8 size of
+    the JSON encoding."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise _invalid(field, problem)
+    return json_size(value)
 
 
 def _invalid(field: str, message: str) -> HostError:

@@ -10,13 +10,12 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from conversations.models import Conversation, Entry, Sharing
+from conversations.models import Conversation, Entry, Sharing, conversation_id_valid
 from conversations.selectors import conversation_get
 from conversations.services.common import (
     MSG_FORK_POINT,
     MSG_ID_INVALID,
     MSG_ID_TAKEN,
-    conversation_id_valid,
     conversation_touch,
 )
 from core import clock

@@ -22,20 +22,19 @@ from conversations.models import (
     RunStatus,
     Submission,
     SubmissionStatus,
+    conversation_id_valid,
 )
+from conversations.selectors import MSG_CONVERSATION_NOT_FOUND, MSG_RUN_NOT_FOUND
 from conversations.services.common import (
     CONTENT_LIMIT_BYTES,
     MSG_CLAIM_KEY_TAKEN,
     MSG_CONTENT_TOO_LARGE,
-    MSG_CONVERSATION_NOT_FOUND,
     MSG_ENTRY_KEY_REUSED,
     MSG_LEASE_EXPIRED,
     MSG_RUN_NOT_CLAIMED,
-    MSG_RUN_NOT_FOUND,
     MSG_RUN_OTHER_CONVERSATION,
     MSG_RUN_RELEASED,
     PART_TYPES_ENTRY,
-    conversation_id_valid,
     conversation_lock,
     conversation_touch,
     echo_wake,
@@ -103,6 +102,8 @@ def run_claim(*, conversation_id: str | None = None, claim_key: str | None = Non
     Order of work (spec 01): commit the claim, then capture outside any write transaction.
     """
     _key_check(claim_key, "claim_key")
+    if conversation_id is not None and not conversation_id_valid(conversation_id):
+        raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)  # before any query
     if claim_key is not None:
         replay = _claim_replay(claim_key=claim_key, conversation_id=conversation_id)
         if replay is not None:

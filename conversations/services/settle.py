@@ -19,9 +19,9 @@ from conversations.models import (
     Submission,
     SubmissionStatus,
 )
+from conversations.selectors import MSG_RUN_NOT_FOUND
 from conversations.services.common import (
     MSG_ANSWER_ENTRY,
-    MSG_RUN_NOT_FOUND,
     MSG_RUN_RELEASED,
     MSG_SETTLED_DIFFERENTLY,
     conversation_touch,

@@ -22,11 +22,10 @@ from conversations.models import (
     Submission,
     SubmissionStatus,
 )
-from conversations.selectors import conversation_get
+from conversations.selectors import MSG_CONVERSATION_NOT_FOUND, conversation_get
 from conversations.services.common import (
     MSG_ARCHIVED,
     MSG_BUSY,
-    MSG_CONVERSATION_NOT_FOUND,
     MSG_NOT_QUEUED,
     MSG_REQUEST_ID_REUSED,
     MSG_SUBMISSION_NOT_FOUND,
@@ -42,6 +41,7 @@ from conversations.services.common import (
 )
 from core import clock
 from core.auth import Principal
+from core.db import BIGINT_MAX
 from core.errors import HostError
 
 WhenBusy = Literal["queue", "steer", "reject"]
@@ -226,6 +226,8 @@ def submission_withdraw(
     Idempotent (withdrawing a withdrawn one returns it); a claimed or consumed one → 409.
     """
     conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+    if not 0 < submission_id <= BIGINT_MAX:  # not a row id: never a query (out of bigint range)
+        raise HostError("store", "not_found", MSG_SUBMISSION_NOT_FOUND)
     with transaction.atomic(durable=True):
         conversation_lock(conversation_id=conversation_id)
         submission = (

@@ -22,10 +22,9 @@ from typing import Any, Literal
 
 from croniter import croniter
 
+from extensions_host.sdk.contributions import NAME_RE, check_deadline
 from extensions_host.sdk.definition import LIFECYCLE_EVENTS, DefinitionError, Extension
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-MAX_DEADLINE_SECONDS = 300.0
 MAX_PROMPT_CHARS = 16_384
 
 Overlap = Literal["skip", "buffer_one"]
@@ -73,7 +72,7 @@ class Worker:
             raise DefinitionError(f"Worker {name}: unknown wake_on events {unknown}")
         if not callable(run):
             raise DefinitionError(f"Worker {name}: run must be a function")
-        _check_deadline(deadline_s, f"Worker {name}")
+        check_deadline(deadline_s, f"Worker {name}")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "wake_on", events)
         object.__setattr__(self, "run", run)
@@ -151,7 +150,7 @@ class Job:
             raise DefinitionError(f"{where}: overlap must be 'skip' or 'buffer_one'")
         if self.catch_up not in ("skip", "once"):
             raise DefinitionError(f"{where}: catch_up must be 'skip' or 'once'")
-        _check_deadline(self.deadline_s, where)
+        check_deadline(self.deadline_s, where)
 
     @property
     def action_kind(self) -> Literal["task", "prompt"]:
@@ -194,12 +193,3 @@ def workers_of(extension: Extension) -> tuple[Worker, ...]:
 
 def jobs_of(extension: Extension) -> tuple[Job, ...]:
     return tuple(getattr(extension, "jobs", ()) or ())
-
-
-def _check_deadline(value: float | None, where: str) -> None:
-    if value is not None and (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 < value <= MAX_DEADLINE_SECONDS
-    ):
-        raise DefinitionError(f"{where}: deadline_s must be in (0, 300]")

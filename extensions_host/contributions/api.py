@@ -8,7 +8,7 @@ from typing import Any
 from django.http import FileResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import permissions, serializers
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,8 +16,7 @@ from rest_framework.views import APIView
 from conversations.selectors import conversation_get
 from core.api_base import StrictSerializer
 from core.auth import principal_of
-from core.errors import HostError
-from core.permissions import Authenticated, Public
+from core.permissions import Authenticated, Public, RuntimeOrAdmin
 from core.schema import error_responses
 from extensions_host.contributions.packages import content_type_of
 from extensions_host.contributions.services.meta import meta_build
@@ -257,18 +256,6 @@ class ConversationSlashCommandApi(APIView):
 
 
 # --- skill files -------------------------------------------------------------------------------
-
-
-class RuntimeOrAdmin(permissions.BasePermission):
-    """The agent runtime (service or `runtime` token) or staff."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        principal = principal_of(request)
-        if not principal.is_authenticated:
-            return False
-        if not (principal.is_runtime or principal.admin):
-            raise HostError("auth", "forbidden", "Not allowed")
-        return True
 
 
 class SkillFileApi(APIView):

@@ -36,7 +36,9 @@ ROUTE_PATH_MAX = 256
 SLASH_NAME_RE = re.compile(r"\A[a-z][a-z0-9-]*\Z")
 SLASH_NAME_MAX = 64
 CORE_SLASH_COMMANDS = ("help", "fork", "archive", "rename", "share")
-CONTRIBUTION_NAME_RE = re.compile(r"\A[a-z][a-z0-9_-]{0,63}\Z")
+# The name of anything an extension declares (commands, tools, collections, providers,
+# notifiers): matched whole (`\A…\Z`: `$` would let a trailing newline through).
+NAME_RE = re.compile(r"\A[a-z][a-z0-9_-]{0,63}\Z")
 BUNDLE_NAME_RE = re.compile(r"\A[a-z][a-z0-9_-]*\Z")
 NOTIFICATION_TYPES = ("interaction.pending", "job.failed", "run.settled")
 MAX_DEADLINE_SECONDS = 300.0
@@ -48,7 +50,7 @@ def _definition_error(message: str) -> Exception:
     return DefinitionError(message)
 
 
-def _check_deadline(deadline_s: float | None, what: str) -> None:
+def check_deadline(deadline_s: float | None, what: str) -> None:
     if deadline_s is not None and (
         isinstance(deadline_s, bool)
         or not isinstance(deadline_s, int | float)
@@ -97,7 +99,7 @@ class Route:
             raise _definition_error(f"{what}: body_limit must be 0..{ROUTE_BODY_LIMIT_MAX} bytes")
         if not callable(self.handler):
             raise _definition_error(f"{what}: handler must be a function")
-        _check_deadline(self.deadline_s, what)
+        check_deadline(self.deadline_s, what)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ class SlashCommand:
             raise _definition_error(f"Slash command {self.name}: description is over 500 chars")
         if not isinstance(self.args_hint, str) or len(self.args_hint) > 200:
             raise _definition_error(f"Slash command {self.name}: args_hint is over 200 chars")
-        _check_deadline(self.deadline_s, f"Slash command {self.name}")
+        check_deadline(self.deadline_s, f"Slash command {self.name}")
 
 
 @dataclass(frozen=True)
@@ -145,13 +147,13 @@ class Notifier:
     deadline_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not CONTRIBUTION_NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
             raise _definition_error(
                 f"Notifier name {self.name!r} must match ^[a-z][a-z0-9_-]{{0,63}}$"
             )
         if not callable(self.notify):
             raise _definition_error(f"Notifier {self.name}: notify must be a function")
-        _check_deadline(self.deadline_s, f"Notifier {self.name}")
+        check_deadline(self.deadline_s, f"Notifier {self.name}")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class Provider:
         readiness: Callable[..., Any] | None = None,
     ) -> None:
         listed = (models,) if isinstance(models, str) else tuple(models)
-        if not isinstance(name, str) or not CONTRIBUTION_NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.match(name):
             raise _definition_error(f"Provider name {name!r} must match ^[a-z][a-z0-9_-]{{0,63}}$")
         if not all(isinstance(m, str) and 1 <= len(m) <= 200 for m in listed):
             raise _definition_error(f"Provider {name}: models must be strings of 1..200 chars")

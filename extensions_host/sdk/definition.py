@@ -16,20 +16,22 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from extensions_host.sdk.contributions import (
+    NAME_RE,
     Contributions,
     Notifier,
     Provider,
     Route,
     SlashCommand,
     WebUIBundle,
+    check_deadline,
 )
 from extensions_host.sdk.models import EmptyInput
 
 M = TypeVar("M", bound=BaseModel)
 Hook = Callable[..., Any]
 
-ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+# Matched whole (`\A…\Z`: `$` would let "foo\n" through). Names: `NAME_RE` (contributions).
+ID_RE = re.compile(r"\A[a-z][a-z0-9_-]{0,62}\Z")
 
 GRANTS: frozenset[str] = frozenset(
     {
@@ -77,7 +79,6 @@ HOOK_GRANTS: dict[str, str | None] = {
 
 MAX_KEY_CHARS = 256
 MAX_RECORD_BYTES = 1024 * 1024
-MAX_DEADLINE_SECONDS = 300.0
 
 
 class DefinitionError(ValueError):
@@ -235,8 +236,7 @@ class Extension:
             raise DefinitionError(f"Extension {id}: unknown grants {unknown}")
         if not isinstance(state_version, int) or state_version < 1:
             raise DefinitionError(f"Extension {id}: state_version must be an integer >= 1")
-        if deadline_s is not None and not 0 < deadline_s <= MAX_DEADLINE_SECONDS:
-            raise DefinitionError(f"Extension {id}: deadline_s must be in (0, 300]")
+        check_deadline(deadline_s, f"Extension {id}")
         if projection_schema is not None:
             _require_model(projection_schema, f"Extension {id}: projection_schema")
         self.id = id
@@ -434,7 +434,7 @@ class Extension:
             if given:
                 raise DefinitionError(f"Extension {self.id}: command {name} is declared twice")
         else:
-            if not NAME_RE.match(name):
+            if not isinstance(name, str) or not NAME_RE.match(name):
                 raise DefinitionError(f"Extension {self.id}: command name {name!r} is invalid")
             self.commands[name] = Command(**given)
 
@@ -457,7 +457,7 @@ class Extension:
     ) -> Callable[[Hook], Hook]:
         """Declare a tool of the run module: `handler(ctx, run, arguments)` (grant
         `run_tools`)."""
-        if not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.match(name):
             raise DefinitionError(f"Extension {self.id}: tool name {name!r} is invalid")
         _require_model(input, f"Extension {self.id}: tool {name} input")
 

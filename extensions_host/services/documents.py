@@ -3,19 +3,16 @@ fork policy copy | reset."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from conversations.models import CONVERSATION_ID_RE, Conversation
+from conversations.models import Conversation, conversation_id_valid
 from extensions_host.models import DocumentDeclaration, ExtensionDocument
 from extensions_host.sdk import Document, Extension, StateError
 from extensions_host.services.records import decode_value, encode_value
 
-_CONVERSATION_ID = re.compile(CONVERSATION_ID_RE)
-
 
 def check_conversation_id(value: Any) -> str:
-    if not isinstance(value, str) or not _CONVERSATION_ID.match(value):
+    if not conversation_id_valid(value):
         raise StateError("bound", "Conversation id is invalid")
     return value
 

@@ -15,7 +15,7 @@ from conversations.selectors import conversation_get
 from core.api_base import IdPagination, StrictSerializer
 from core.auth import principal_of
 from core.db import BIGINT_MAX
-from core.errors import MSG_UNAUTHENTICATED, HostError
+from core.errors import HostError
 from core.permissions import AllowAnonymousReads, Authenticated, Runtime
 from core.schema import error_responses
 from extensions_host.surfaces.models import InteractionStatus, ToolCallResult
@@ -121,13 +121,8 @@ class ConversationInteractionListApi(APIView):
         responses={200: InteractionPageSerializer, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request, conversation_id: str) -> Response:
-        principal = principal_of(request)
-        try:
-            conversation_get(principal=principal, conversation_id=conversation_id)
-        except HostError as exc:
-            if exc.cause == "not_found" and not principal.is_authenticated:
-                raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
-            raise
+        # an anonymous caller who finds nothing gets 401, not 404: the exception handler's rule
+        conversation_get(principal=principal_of(request), conversation_id=conversation_id)
         # the query is checked only once the caller may read (spec 01: 401/404 come first)
         query = self.QuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)

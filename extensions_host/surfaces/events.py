@@ -34,7 +34,7 @@ from rest_framework.settings import api_settings
 
 from conversations.selectors import conversation_get
 from core.auth import Principal, principal_of
-from core.errors import MSG_BAD_CREDENTIALS, MSG_UNAUTHENTICATED, HostError
+from core.errors import MSG_BAD_CREDENTIALS, MSG_METHOD, MSG_UNAUTHENTICATED, HostError
 from core.middleware import json_error
 from extensions_host.surfaces.live import (
     KINDS,
@@ -68,7 +68,8 @@ def _authenticate(request: HttpRequest) -> Principal:
 
 def _open(request: HttpRequest, conversation_id: str) -> Principal:
     """Authenticate and check read access (404 for what the principal cannot read; 401 for an
-    anonymous caller, who learns nothing about what exists)."""
+    anonymous caller, who learns nothing about what exists). A plain Django view: the DRF
+    exception handler that applies this rule to the API views never sees its errors."""
     close_old_connections()
     principal = _authenticate(request)
     try:
@@ -121,7 +122,7 @@ def _change(conversation_id: str, version: int, changed: list[str]) -> str:
 
 async def conversation_events(request: HttpRequest, conversation_id: str) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
-        return json_error(HostError("contract", "invalid", "Method not allowed", status=405))
+        return json_error(HostError("contract", "invalid", MSG_METHOD, status=405))
     try:
         principal = await sync_to_async(_open)(request, conversation_id)
     except HostError as exc:

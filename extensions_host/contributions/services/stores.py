@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
-import math
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +30,7 @@ from pydantic import ValidationError
 
 from core.errors import HostError
 from core.services import audit_record
+from core.validation import json_problem
 from extensions_host import registry
 from extensions_host.contributions.models import ExtensionSecret, ExtensionSettings
 from extensions_host.models import RosterEntry
@@ -212,18 +211,14 @@ def settings_get(*, extension_id: str) -> dict[str, Any]:
 
 
 def settings_validate(*, extension_id: str, value: Any) -> dict[str, Any]:
-    """A JSON object the database can store, ≤ 64 KiB, valid for the extension's declared
-    `settings_model` (if any). Raises HostError 400 with details."""
+    """A JSON object the database can store (`core.validation.json_problem`: no NUL, no lone
+    surrogate, finite numbers, string keys, nesting ≤ 32), ≤ 64 KiB, valid for the
+    extension's declared `settings_model` (if any). Raises HostError 400 with details."""
     if not isinstance(value, dict):
         raise _settings_invalid("Must be a JSON object.")
-    try:
-        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise _settings_invalid("Must be plain JSON (finite numbers, string keys).") from exc
-    if len(encoded.encode("utf-8", "surrogatepass")) > SETTINGS_MAX_BYTES:
-        raise _settings_invalid(f"At most {SETTINGS_MAX_BYTES} bytes.")
-    if "\\u0000" in encoded or _too_deep(value, 0):
-        raise _settings_invalid("Contains a value that cannot be stored.")
+    problem = json_problem(value, max_depth=SETTINGS_MAX_DEPTH, max_bytes=SETTINGS_MAX_BYTES)
+    if problem is not None:
+        raise _settings_invalid(problem)
     loaded = registry.get(extension_id)
     model = loaded.definition.settings_model if loaded is not None else None
     if model is not None:
@@ -236,18 +231,6 @@ def settings_validate(*, extension_id: str, value: Any) -> dict[str, Any]:
                 details.setdefault(field, []).append(error["msg"])
             raise HostError("contract", "invalid", MSG_SETTINGS_INVALID, details=details) from exc
     return value
-
-
-def _too_deep(value: Any, depth: int) -> bool:
-    if depth > SETTINGS_MAX_DEPTH:
-        return True
-    if isinstance(value, float) and not math.isfinite(value):
-        return True
-    if isinstance(value, dict):
-        return any(_too_deep(v, depth + 1) for v in value.values())
-    if isinstance(value, list):
-        return any(_too_deep(v, depth + 1) for v in value)
-    return False
 
 
 def _settings_invalid(message: str) -> HostError:

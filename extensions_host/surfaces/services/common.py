@@ -3,24 +3,16 @@ decides visibility, conversation checks and JSON bounds."""
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F
 
-from conversations.models import Conversation
+from conversations.models import Conversation, conversation_id_valid
+from core.validation import json_problem, text_problem
+from core.validation import json_size as stored_json_size
 from extensions_host.models import ExtensionStatus, RosterEntry
-
-CONVERSATION_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
-MAX_JSON_DEPTH = 32
-
-
-def conversation_id_valid(value: object) -> bool:
-    return isinstance(value, str) and CONVERSATION_ID.match(value) is not None
 
 
 def conversation_exists(conversation_id: str) -> bool:
@@ -54,39 +46,11 @@ def visible_extension_ids() -> list[str]:
 
 
 def json_size(value: Any) -> int | None:
-    """The UTF-8 size of the JSON encoding, or None when the value cannot be stored (NUL
-    characters, lone surrogates, non-finite numbers, nesting deeper than 32)."""
-    if not _storable(value, 0):
-        return None
-    try:
-        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return len(encoded.encode("utf-8"))
-    except (TypeError, ValueError, UnicodeEncodeError):
-        return None
+    """The UTF-8 size of the JSON encoding, or None when the value cannot be stored
+    (`core.validation.json_problem`: NUL characters, lone surrogates, non-finite numbers,
+    nesting deeper than 32)."""
+    return None if json_problem(value) is not None else stored_json_size(value)
 
 
 def text_storable(value: str) -> bool:
-    return _storable(value, 0)
-
-
-def _storable(value: Any, depth: int) -> bool:
-    if depth > MAX_JSON_DEPTH:
-        return False
-    if isinstance(value, str):
-        if "\x00" in value:
-            return False
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(
-            isinstance(k, str) and _storable(k, depth) and _storable(v, depth + 1)
-            for k, v in value.items()
-        )
-    if isinstance(value, list | tuple):
-        return all(_storable(v, depth + 1) for v in value)
-    return value is None or isinstance(value, bool | int)
+    return isinstance(value, str) and text_problem(value) is None

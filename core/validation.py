@@ -1,0 +1,94 @@
+"""Checks every app shares on values it is about to store: can this JSON be stored?
+
+One walk decides it for conversation content, extension surfaces, extension settings and
+artifact payloads; each caller turns the problem into its own error (a 400 with details, a
+`StateError`, a rejection) and picks the bounds where it differs (depth, size).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+JSON_MAX_DEPTH = 32
+
+PROBLEM_NOT_JSON = "Must be plain JSON (objects with string keys, arrays, strings, finite numbers)."
+PROBLEM_NOT_FINITE = "Numbers must be finite."
+PROBLEM_NUL = "Null characters are not allowed."
+PROBLEM_NOT_UNICODE = "Text must be valid Unicode."
+
+
+def problem_too_deep(max_depth: int) -> str:
+    return f"Nested deeper than {max_depth} levels."
+
+
+def problem_too_large(max_bytes: int) -> str:
+    return f"At most {max_bytes} bytes."
+
+
+def text_problem(value: str) -> str | None:
+    """Why the database cannot store this text, or None: PostgreSQL refuses NUL characters
+    (text and jsonb alike), and a lone surrogate ("\\ud800") has no UTF-8 encoding."""
+    if "\x00" in value:
+        return PROBLEM_NUL
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return PROBLEM_NOT_UNICODE
+    return None
+
+
+def json_problem(
+    value: Any,
+    *,
+    max_depth: int | None = JSON_MAX_DEPTH,
+    max_bytes: int | None = None,
+    check_text: bool = True,
+) -> str | None:
+    """Why `value` cannot be stored as JSON, or None.
+
+    Always: JSON's value space (None, bool, int, finite float, str, list/tuple, dict with
+    string keys). `check_text`: every string and key also passes `text_problem` (a jsonb
+    column); a caller storing the JSON *text*, where a NUL is escaped, may pass False.
+    `max_depth`: no value nested deeper (the top level is depth 0); None only for values parsed
+    from JSON text, which cannot be cyclic. `max_bytes`: the compact UTF-8 encoding
+    (`json_size`) is at most this large.
+
+    Each would otherwise surface as a database error (a 500) at insert time. The walk is
+    iterative: no nesting, however deep, can exhaust the interpreter's stack.
+    """
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if max_depth is not None and depth > max_depth:
+            return problem_too_deep(max_depth)
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return PROBLEM_NOT_JSON
+                if check_text and (problem := text_problem(key)) is not None:
+                    return problem
+                pending.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            pending.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            if check_text and (problem := text_problem(item)) is not None:
+                return problem
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return PROBLEM_NOT_FINITE
+        elif not (item is None or isinstance(item, bool | int)):
+            return PROBLEM_NOT_JSON
+    if max_bytes is not None and json_size(value) > max_bytes:
+        return problem_too_large(max_bytes)
+    return None
+
+
+def json_size(value: Any) -> int:
+    """The UTF-8 size of the compact JSON encoding of a value `json_problem` accepts (how
+    every bound on stored JSON is measured)."""
+    encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # surrogatepass: only a caller that skipped `check_text` can get here with one, and a
+    # size is still an answer for it
+    return len(encoded.encode("utf-8", "surrogatepass"))
