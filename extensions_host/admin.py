@@ -38,6 +38,7 @@ from extensions_host.services.quotas import (
 )
 from extensions_host.services.roster import (
     extension_admit_grants,
+    extension_limits_update,
     extension_purge,
     extension_resume,
 )
@@ -343,11 +344,19 @@ class RosterEntryAdmin(admin.ModelAdmin):
             except HostError as exc:
                 self.message_user(request, exc.message, messages.ERROR)
                 return
-        fields = [
-            f for f in form.changed_data if f in {"auto_resume", "deadline_seconds", "quotas"}
-        ]
-        if fields:
-            obj.save(update_fields=[*fields, "updated_at"])
+        changed = {
+            name: getattr(obj, name)
+            for name in ("auto_resume", "deadline_seconds", "quotas")
+            if name in form.changed_data
+        }
+        if not changed:
+            return
+        try:
+            extension_limits_update(
+                extension_id=obj.id, actor=request.user.get_username(), **changed
+            )
+        except HostError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
 
     def _confirmed(
         self,

@@ -32,12 +32,12 @@ from core.models import AuditEntry
 from extensions_host import registry
 from extensions_host.background.models import (
     JobState,
-    LifecycleDelivery,
     Outcome,
     SettledCursor,
     Timer,
     WorkerState,
 )
+from extensions_host.background.services.backlog import backlog_figures
 from extensions_host.background.services.settled import core_cursor
 from extensions_host.contributions.models import (
     ExtensionSecret,
@@ -103,16 +103,15 @@ def dashboard_read() -> dict[str, Any]:
             :ROWS
         ]
     )
-    core = core_cursor()
+    # settled lag, the timer backlog and the outbox: the figures `GET /v1/meta` and /metrics
+    # give, from the one place that computes them (a fixed number of queries)
+    backlog = backlog_figures()
+    settled, timers = backlog["settled"], backlog["timers"]
     consumers = [
-        {"extension": row["pk"], "cursor": row["position"], "lag": max(core - row["position"], 0)}
-        for row in SettledCursor.objects.order_by("pk").values("pk", "position")[:ROWS]
-    ]
-    timers = Timer.objects.aggregate(
-        pending=Count("id"),
-        due=Count("id", filter=_due(now)),
-        oldest_due=Min("fire_at", filter=_due(now)),
-    )
+        {"extension": extension_id, "cursor": consumer["cursor"], "lag": consumer["lag"]}
+        for extension_id, consumer in settled["consumers"].items()
+        if consumer["cursor"] is not None
+    ][:ROWS]
     failed_jobs = list(
         JobState.objects.filter(last_outcome=Outcome.FAILED, last_run_at__gte=since).order_by(
             "-last_run_at"
@@ -128,13 +127,13 @@ def dashboard_read() -> dict[str, Any]:
         "stopped_count": by_status.get(ExtensionStatus.STOPPED, 0),
         "uninstalled": by_status.get(ExtensionStatus.UNINSTALLED, 0),
         "stopped": stopped,
-        "core_cursor": core,
+        "core_cursor": settled["core_cursor"],
         "consumers": consumers,
-        "max_lag": max((c["lag"] for c in consumers), default=0),
+        "max_lag": settled["max_lag"],
         "timers_pending": timers["pending"],
         "timers_due": timers["due"],
-        "oldest_due_at": _ms(timers["oldest_due"]),
-        "oldest_due_age": _age(timers["oldest_due"], now),
+        "oldest_due_at": _ms(timers["oldest_due_at"]),
+        "oldest_due_age": _age(timers["oldest_due_at"], now),
         "failed_jobs": [
             {
                 "id": job.pk,
@@ -155,7 +154,7 @@ def dashboard_read() -> dict[str, Any]:
             }
             for row in notifiers
         ],
-        "lifecycle_backlog": LifecycleDelivery.objects.count(),
+        "lifecycle_backlog": sum(backlog["outbox"]["pending"].values()),
         "live_runs": Run.objects.filter(status=RunStatus.CLAIMED).count(),
         "queued": Submission.objects.filter(status=SubmissionStatus.QUEUED).count(),
         "audit": list(AuditEntry.objects.order_by("-at", "-id")[:10]),

@@ -69,8 +69,7 @@ class JobTriggerApi(APIView):
     )
     def post(self, request: Request, job_id: str) -> Response:
         self.InputSerializer(data=request.data or {}).is_valid(raise_exception=True)
-        principal = principal_of(request)
-        actor = principal.name or ("service" if principal.service else "staff")
+        actor = principal_of(request).user.get_username()
         job_trigger(job_id=job_id, actor=actor)
         data = self.OutputSerializer({"job_id": job_id, "queued": True}).data
         return Response(data, status=status.HTTP_202_ACCEPTED)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from celery import Task, shared_task
+from django.conf import settings
 from django.db import transaction
 
 from core.db import is_transient
@@ -25,8 +26,12 @@ from extensions_host.background.services import (
     workers,
 )
 
-# a call works for HOST_SWEEP_BUDGET_SECONDS (default 5) plus at most one page (≤ 30 s)
-SWEEP_LIMITS = {"soft_time_limit": 50, "time_limit": 60}
+# a call works for HOST_SWEEP_BUDGET_SECONDS plus at most one page at the worker deadline:
+# the settings refuse a pair that leaves no headroom under this soft limit
+SWEEP_LIMITS = {
+    "soft_time_limit": settings.HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS,
+    "time_limit": settings.HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS + 10,
+}
 # a delivery task that met the database down retries on its own, with backoff: its consumer's
 # kick stays set meanwhile, so no trigger would enqueue it again before the kick goes stale
 DELIVERY_RETRIES = 12
@@ -105,16 +110,16 @@ def run_worker(extension_id: str, name: str) -> None:
     workers.worker_run(extension_id=extension_id, name=name)
 
 
-@shared_task(acks_late=True, ignore_result=True, soft_time_limit=320, time_limit=340)
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
 def run_jobs() -> None:
-    """Run due jobs (beat every tick)."""
-    if jobs.jobs_run_due():
-        _again(run_jobs.delay)
+    """Hand each due job to its own `run_job` task (beat every tick); runs none itself."""
+    jobs.jobs_dispatch_due()
 
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=320, time_limit=340)
 def run_job(job_id: str) -> None:
-    """Run one job now if due or triggered (manual trigger)."""
+    """Run one job if due or triggered (the sweep's hand-out, a manual trigger): one job per
+    task, so its deadline (≤ 300 s, plus the page's margin) is the task's alone."""
     jobs.job_run(job_id=job_id)
 
 

@@ -5,15 +5,16 @@ Before the first such call in a process (and again after a resume or a new revis
 extension's `activate` runs as it does before a frame (`frames.activate_outside`); a failing
 one stops the extension (notifiers included: `activate` failing is a stop wherever it runs).
 Like a frame, the call is deadline-bounded (SIGALRM on a main thread, the elapsed check
-everywhere) and classified, but it holds no transaction: it may call slow services and writes
-through `ctx.transact`/`ctx.update`. Routes and commands: a typed SDK error maps to the error
-model without a stop; `Retry` → 503 with `Retry-After`; any other exception, an async result
-or an overrun deadline is a defect that stops the extension (503).
+everywhere: `runtime.outside.bounded`, which idle workers and `shutdown` use too) and
+classified, but it holds no transaction: it may call slow services and writes through
+`ctx.transact`/`ctx.update`. Routes and commands: a typed SDK error maps to the error model
+without a stop; `Retry` → 503 with `Retry-After`; any other exception, an async result or an
+overrun deadline is a defect that stops the extension (503). A process told to exit
+(`SystemExit`, `KeyboardInterrupt`) passes through: never a stop, never a failed delivery.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,91 +27,57 @@ from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
-from extensions_host.runtime.current import Frame, HookDeadline
+from extensions_host.runtime.current import PROCESS_EXIT
 from extensions_host.runtime.frames import Boundary, activate_outside
+from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import (
     deadline_reason,
     exception_message,
     extension_stop,
-    reason_for,
     redact,
 )
 from extensions_host.runtime.transient import is_transient
-from extensions_host.sdk import ExtensionStop, Retry, SdkError
-from extensions_host.services.commands import stopped_message
-from extensions_host.services.errors import host_error_for, retry_error
+from extensions_host.sdk import Retry, SdkError
+from extensions_host.services.errors import (
+    MSG_UNAVAILABLE,
+    host_error_for,
+    retry_error,
+    stopped_message,
+)
 
 T = TypeVar("T")
 
-MSG_UNAVAILABLE = "Extension is unavailable"
+__all__ = [
+    "DeliveryFailure",
+    "activated",
+    "bounded",
+    "extension_available",
+    "notify_deadline",
+    "run_best_effort",
+    "run_outside",
+]
+
 MSG_STORE_BUSY = "Extension store is busy; retry"
-MSG_ASYNC = "returned an awaitable; handlers must be synchronous"
-
-
-def not_granted_message(extension_id: str, grant: str) -> str:
-    return f"Extension {extension_id} is not granted {grant}"
 
 
 def extension_available(*, extension_id: str, grant: str) -> tuple[LoadedExtension, RosterEntry]:
-    """The loaded extension and its roster row, when it may run now: installed here with the
-    roster's revision, running, `grant` admitted. Otherwise 503 `extensions/unavailable`."""
+    """The loaded extension and its roster row, when its code may run now outside a frame
+    (commands, routes, slash commands). Checked in the order of spec 04: installed here and in
+    the roster, `grant` admitted, not stopped, the roster's revision; otherwise 503
+    `extensions/unavailable` — "Extension is unavailable", or "Extension <id> is stopped:
+    <reason>" for a stopped extension that holds the grant."""
+    # the registry is in-process: an id no extension has (NUL, overlong, …) never reaches a query
     loaded = registry.get(extension_id)
+    if loaded is None:
+        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
     row = RosterEntry.objects.filter(pk=extension_id).first()
-    if loaded is None or row is None or row.status == ExtensionStatus.UNINSTALLED:
+    if row is None or row.status == ExtensionStatus.UNINSTALLED or grant not in row.admitted_grants:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
     if row.status == ExtensionStatus.STOPPED:
         raise HostError("extensions", "unavailable", stopped_message(extension_id, row.reason))
     if row.revision != loaded.revision:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
-    if grant not in row.admitted_grants:
-        raise HostError("extensions", "unavailable", not_granted_message(extension_id, grant))
     return loaded, row
-
-
-def deadline_for(
-    row: RosterEntry | None, loaded: LoadedExtension, explicit: float | None = None
-) -> float:
-    """The explicit deadline, else the staff override, the extension's, the request default."""
-    if explicit is not None:
-        limit = explicit
-    elif row is not None and row.deadline_seconds:
-        limit = row.deadline_seconds
-    elif loaded.definition.deadline_s:
-        limit = loaded.definition.deadline_s
-    else:
-        limit = deadlines.default_deadline("request")
-    return min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)
-
-
-class _Defect(Exception):
-    """An outside-frame call that broke its contract (an async result, a bad return value)."""
-
-
-def bounded(loaded: LoadedExtension, hook: str, limit: float, call: Callable[[], T]) -> T:
-    """Run `call()` with the deadline armed; an awaitable result is a `_Defect`; an overrun
-    noticed after the return raises `HookDeadline`."""
-    marker = Frame(
-        extension_id=loaded.id,
-        revision=loaded.revision,
-        hook=hook,
-        mode="read",
-        grants=frozenset(),
-        quotas={},
-        deadline_s=limit,
-    )
-    try:
-        with deadlines.alarm(marker, limit):
-            result = call()
-            if inspect.isawaitable(result):
-                close = getattr(result, "close", None)
-                if callable(close):
-                    close()
-                raise _Defect(MSG_ASYNC)
-    finally:
-        marker.open = False
-    if marker.elapsed() > limit:
-        raise HookDeadline(deadline_reason(hook))
-    return result
 
 
 def activated(loaded: LoadedExtension, *, boundary: Boundary = "request") -> None:
@@ -140,23 +107,14 @@ def run_outside(*, loaded: LoadedExtension, hook: str, limit: float, call: Calla
         ) from exc
     except SdkError as exc:
         raise host_error_for(exc) from exc
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
+    except PROCESS_EXIT:
+        raise  # the process is told to exit: not the extension's failure
     except DatabaseError as exc:
         if is_transient(exc):  # host trouble (deadlock, lost connection), never a defect
             raise HostError("store", "unavailable", MSG_STORE_BUSY, retry_after=1) from exc
-        reason = reason_for(hook, exc)
-        cause: BaseException = exc
-    except HookDeadline as exc:
-        reason, cause = deadline_reason(hook), exc
-    except _Defect as exc:
-        reason, cause = f"{hook} defect: {exc}", exc
+        reason, cause = outside_reason(hook, exc, started=started, limit=limit), exc
     except BaseException as exc:
-        overran = time.monotonic() - started > limit
-        reason = deadline_reason(hook) if overran else reason_for(hook, exc)
-        if isinstance(exc, ExtensionStop):
-            reason = exc.reason
-        cause = exc
+        reason, cause = outside_reason(hook, exc, started=started, limit=limit), exc
     stop = extension_stop(
         extension_id=loaded.id, hook=hook, reason=reason, cause=cause, revision=loaded.revision
     )
@@ -181,14 +139,12 @@ def run_best_effort(
     try:
         activated(loaded, boundary="worker")
         return bounded(loaded, hook, limit, call)
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
+    except PROCESS_EXIT:
+        raise  # the process is told to exit: not a delivery failure
     except Retry as exc:
         raise DeliveryFailure(_message(loaded, exc.reason), exc.after_seconds) from exc
-    except HookDeadline as exc:
-        raise DeliveryFailure(deadline_reason(hook)) from exc
     except BaseException as exc:
-        if type(exc).__name__ == "SoftTimeLimitExceeded":
+        if deadlines.past_deadline(exc):
             raise DeliveryFailure(deadline_reason(hook)) from exc
         raise DeliveryFailure(_message(loaded, exception_message(exc))) from exc
 

@@ -5,7 +5,8 @@ redelivered (acks late, reject on worker lost), so without a count it would loop
 Each delivery of an item (a timer, a settled position, an outbox delivery, a job run) is
 counted in the cache — Redis in production, shared by every worker and outside the database
 transaction that dies — before its frame starts, and the count is cleared when the frame
-finishes, however it finishes (a `finally`, which a dying process never reaches). A delivery
+finishes, however it finishes (which a dying process never reaches; a process told to exit
+mid-delivery, `SystemExit`, does not clear it either: to the count that is a death). A delivery
 that finds `CRASH_LIMIT` earlier deliveries that never finished stops the extension with
 `<hook> crashed its worker` instead of running the hook again. The count is cleared then too,
 so a resumed extension gets fresh deliveries.
@@ -24,6 +25,8 @@ from typing import Any
 
 from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 from django.core.cache.backends.redis import RedisCache
+
+from extensions_host.runtime.current import PROCESS_EXIT
 
 logger = logging.getLogger("extensions_host.crashes")
 
@@ -70,10 +73,21 @@ def delivery_counted(
         return
     try:
         yield count > CRASH_LIMIT
-    finally:
-        _pending().append(key)
-        if not deferred:
-            clear_deferred()
+    except PROCESS_EXIT:
+        # the process is exiting mid-delivery (a hook calling `sys.exit`, a shutdown signal):
+        # the delivery did not finish, so it stays counted, as if the process had died
+        raise
+    except BaseException:
+        _finished(key, deferred)
+        raise
+    else:
+        _finished(key, deferred)
+
+
+def _finished(key: str, deferred: bool) -> None:
+    _pending().append(key)
+    if not deferred:
+        clear_deferred()
 
 
 def clear_deferred() -> None:

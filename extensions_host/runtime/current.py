@@ -36,6 +36,11 @@ class HostTransient(HostInterrupt):
     """A host-side transient database error inside a store call: the frame is retried."""
 
 
+# The host process is being told to exit (gunicorn's worker timeout and shutdown signals raise
+# SystemExit wherever the code is; Ctrl-C): never an extension's failure, always re-raised.
+PROCESS_EXIT = (SystemExit, KeyboardInterrupt, GeneratorExit)
+
+
 class TransientDatabaseError(Exception):
     """A frame (or page) hit a transient database error and must be retried from the start."""
 

@@ -43,6 +43,12 @@ def default_deadline(boundary: str) -> float:
     return min(ms / 1000, MAX_DEADLINE_SECONDS)
 
 
+def past_deadline(exc: BaseException) -> bool:
+    """The host's deadline interrupted the code: its alarm, or Celery's soft time limit (the
+    backstop of a worker task)."""
+    return isinstance(exc, HookDeadline) or type(exc).__name__ == "SoftTimeLimitExceeded"
+
+
 def alarm_usable() -> bool:
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 

@@ -67,10 +67,10 @@ from extensions_host.runtime import deadlines
 from extensions_host.runtime.context import HookContext
 from extensions_host.runtime.crashes import clear_deferred, crashed_reason, delivery_counted
 from extensions_host.runtime.current import (
+    PROCESS_EXIT,
     Frame,
     FrameDefect,
     FrameMode,
-    HookDeadline,
     HostTransient,
     InvalidResult,
     TransientDatabaseError,
@@ -353,7 +353,7 @@ def _attempt(
         with _frame_transaction(page), ExitStack() as counted:
             if page is None:
                 # bound the wait for the roster row too (a sync or a stop may hold it FOR UPDATE)
-                provisional = _deadline(None, loaded, boundary, deadline_s)
+                provisional = hook_deadline(None, loaded, deadline_s, boundary=boundary)
                 row = _lock_roster_row(loaded.id, limit_s=provisional)  # sets the limits too
             else:
                 provisional = page.db_limit_s  # set when the page began
@@ -370,7 +370,7 @@ def _attempt(
                 )
             ):
                 raise _Rollback(_Failure("stop", hook, crashed_reason(hook)))
-            own = _deadline(row, loaded, boundary, deadline_s)
+            own = hook_deadline(row, loaded, deadline_s, boundary=boundary)
             if page is not None and page.whole_deadlines and page.remaining() < own:
                 return FrameOutcome(status="skipped", skip="page", hook=hook)
             own_limits = own < provisional or (page is None and own != provisional)
@@ -591,10 +591,17 @@ def _skip(row: RosterView | None, loaded: LoadedExtension, hook: str) -> FrameOu
     return None
 
 
-def _deadline(
-    row: RosterView | None, loaded: LoadedExtension, boundary: Boundary, explicit: float | None
+def hook_deadline(
+    row: RosterView | RosterEntry | None,
+    loaded: LoadedExtension,
+    explicit: float | None = None,
+    *,
+    boundary: Boundary = "request",
 ) -> float:
-    """The extension's own deadline for this hook (clamped), before any page's time limit."""
+    """An extension's own deadline for one call (a hook, a route, a slash command), clamped to
+    (0, 300] s: the call's own (`explicit`), else the staff override on the roster row, the
+    extension's `deadline_s`, the boundary's default (5 s request, 30 s worker). A page's time
+    limit may cut it further."""
     if explicit is not None:
         limit = explicit
     elif row is not None and row.deadline_seconds:
@@ -647,15 +654,14 @@ def _invoke(
 
 def _classify(frame: Frame, exc: BaseException, failures: Failures, retry_attempt: int) -> _Failure:
     hook = frame.hook
-    if isinstance(exc, KeyboardInterrupt):
-        raise exc  # the operator, not the extension
+    if isinstance(exc, PROCESS_EXIT):
+        # the host process is told to exit (gunicorn's worker timeout or a shutdown signal
+        # raise SystemExit mid-hook; Ctrl-C): not the extension's failure, never a stop. The
+        # frame rolls back as the exception leaves its transaction.
+        raise exc
     if frame.defect is not None:
         return _Failure("stop", hook, f"{hook} defect: {frame.defect}", cause=exc)
-    if (
-        isinstance(exc, HookDeadline)
-        or is_statement_timeout(exc)
-        or type(exc).__name__ == "SoftTimeLimitExceeded"
-    ):
+    if deadlines.past_deadline(exc) or is_statement_timeout(exc):
         return _Failure("stop", hook, deadline_reason(hook), cause=exc)
     # host trouble (a lock timeout, a deadlock, …) is retried, never a stop, even when it took
     # the hook past its deadline (spec 02 §1): checked before the elapsed time

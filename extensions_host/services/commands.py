@@ -15,27 +15,26 @@ from conversations.selectors import conversation_get
 from core.auth import Principal
 from core.errors import MSG_FORBIDDEN, HostError
 from core.models import IdempotencyResult
-from extensions_host import registry
-from extensions_host.models import ExtensionStatus
+from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
-from extensions_host.runtime.frames import FrameOutcome, roster_view
+from extensions_host.runtime.frames import FrameOutcome
 from extensions_host.runtime.hooks import command_hook_name, hook_command
 from extensions_host.runtime.stops import extension_stop
 from extensions_host.sdk import Caller, CatalogEntry, Command, Extension
-from extensions_host.services.errors import host_error_for, retry_error
+from extensions_host.services.errors import (
+    MSG_UNAVAILABLE,
+    host_error_for,
+    retry_error,
+    stopped_message,
+)
 
 Scope = Literal["global", "conversation"]
 
-MSG_UNAVAILABLE = "Extension is unavailable"
 MSG_UNKNOWN = "Extension command is unknown"
 MSG_INPUT_INVALID = "Extension command input is invalid"
 MSG_IDEMPOTENCY_CONFLICT = "Idempotency key was used with a different request"
 MSG_IDEMPOTENCY_KEY_INVALID = "Idempotency-Key must be 1..256 characters"
 MAX_IDEMPOTENCY_KEY = 256
-
-
-def stopped_message(extension_id: str, reason: str) -> str:
-    return f"Extension {extension_id} is stopped: {reason}"
 
 
 def no_handler_reason(name: str) -> str:
@@ -65,11 +64,7 @@ def command_call(
     if scope == "conversation":
         assert conversation_id is not None
         conversation_get(principal=principal, conversation_id=conversation_id, write=True)
-    # the registry is in-process: an id no extension has (NUL, overlong, …) never reaches a query
-    loaded = registry.get(extension_id)
-    if loaded is None:
-        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
-    _available(loaded)
+    loaded, _ = extension_available(extension_id=extension_id, grant="commands")
     spec = loaded.definition.commands.get(name)
     if spec is None or spec.scope != scope:
         raise HostError("contract", "invalid", MSG_UNKNOWN)
@@ -116,21 +111,6 @@ def command_call(
             raise
         return stored
     return _result(extension_id, outcome)
-
-
-def _available(loaded: LoadedExtension) -> None:
-    extension_id = loaded.id
-    row = roster_view(extension_id)
-    if (
-        row is None
-        or row.status == ExtensionStatus.UNINSTALLED
-        or "commands" not in row.admitted_grants
-    ):
-        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
-    if row.status == ExtensionStatus.STOPPED:
-        raise HostError("extensions", "unavailable", stopped_message(extension_id, row.reason))
-    if row.revision != loaded.revision:
-        raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
 
 
 def _validate_input(spec: Command, body: Any) -> BaseModel:

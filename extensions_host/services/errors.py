@@ -8,6 +8,13 @@ from core.errors import HostError, bound_text
 from extensions_host.sdk import AdmissionError, CommandError, SdkError, StateError
 
 MESSAGE_MAX = 512
+MSG_UNAVAILABLE = "Extension is unavailable"
+
+
+def stopped_message(extension_id: str, reason: str) -> str:
+    """The message of 503 `extensions/unavailable` for a stopped extension (spec 04)."""
+    return f"Extension {extension_id} is stopped: {reason}"
+
 
 _COMMAND = {
     "invalid": ("contract", "invalid"),

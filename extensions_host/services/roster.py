@@ -1,15 +1,18 @@
-"""The roster: sync with the installed extensions, admission of grants, resume and auto-resume
-(spec 02 §2, §3, §7)."""
+"""The roster: sync with the installed extensions, the one eligibility rule, admission of
+grants, staff limits (auto-resume, deadline, quotas), the extension's own user, resume and
+auto-resume (spec 02 §2, §3, §7)."""
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import OperationalError, ProgrammingError, transaction
+from django.db import IntegrityError, OperationalError, ProgrammingError, connection, transaction
 
 from core import clock
 from core.errors import MSG_NOT_FOUND, HostError
@@ -17,18 +20,26 @@ from core.services import audit_record
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry, RosterSyncLock
 from extensions_host.registry import LoadedExtension
+from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
+from extensions_host.runtime.frames import decode_json
 from extensions_host.runtime.stops import bounded_reason, extension_stop
 from extensions_host.runtime.transient import with_transient_retries
 from extensions_host.selectors import extension_id_usable
 from extensions_host.services.documents import documents_declare
 from extensions_host.services.migrations import state_migrate
-from extensions_host.services.quotas import usage_slots_ensure
+from extensions_host.services.quotas import quotas_parsed, quotas_problems, usage_slots_ensure
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
 
 logger = logging.getLogger("extensions_host.roster")
 
 MSG_UNINSTALLED = "Extension is uninstalled"
 MSG_NOT_UNINSTALLED = "Only an uninstalled extension's data can be purged"
 MSG_GRANTS_NOT_REQUESTED = "Admitted grants must be a subset of the requested grants"
+MSG_AUTO_RESUME_INVALID = "Auto-resume must be true or false"
+MSG_DEADLINE_INVALID = "Deadline override must be more than 0 and at most 300 seconds"
+MSG_QUOTAS_INVALID = "Quota overrides are invalid"
 
 # Called after a resume commits, with the extension id (timer wake, attention, …).
 resume_listeners: list[Callable[[str], None]] = []
@@ -63,21 +74,39 @@ def settled_consumer_cursor_initialise(*, extension_id: str) -> None:
     settled_cursor_initialise(extension_id=extension_id)
 
 
-def extensions_running_with(grant: str) -> list[tuple[str, LoadedExtension]]:
-    """The loaded extensions whose contributions of a kind apply now, in load order: running,
-    at the revision the roster admitted, with `grant` (the kind's grant) admitted."""
-    rows = {
-        row.id: row
-        for row in RosterEntry.objects.filter(status=ExtensionStatus.RUNNING).only(
-            "id", "revision", "admitted_grants"
+def eligible_ids(grant: str, *, ids: Iterable[str] | None = None) -> list[str]:
+    """The one rule of which extensions' code for `grant` may run in this process: running,
+    `grant` admitted, and loaded here at the roster's revision (a process with other code runs
+    none of their hooks). Sorted ids, among `ids` when given.
+
+    A plain statement: every background sweep page runs it."""
+    loaded = registry.loaded()
+    wanted = list(loaded) if ids is None else [i for i in ids if i in loaded]
+    if not wanted:
+        return []
+    roster = connection.ops.quote_name(RosterEntry._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, revision, admitted_grants FROM {roster} "  # noqa: S608 (our table)
+            f"WHERE status = %s AND id IN ({', '.join(['%s'] * len(wanted))})",
+            [ExtensionStatus.RUNNING.value, *wanted],
         )
-    }
+        rows = cursor.fetchall()
+    return sorted(
+        ext_id
+        for ext_id, revision, grants in rows
+        if grant in (decode_json(grants) or []) and loaded[ext_id].revision == revision
+    )
+
+
+def extensions_running_with(grant: str) -> list[tuple[str, LoadedExtension]]:
+    """The loaded extensions whose contributions of a kind apply now (`eligible_ids` for the
+    kind's grant), in load order."""
+    eligible = set(eligible_ids(grant))
     return [
         (extension_id, loaded)
         for extension_id, loaded in registry.loaded().items()
-        if (row := rows.get(extension_id)) is not None
-        and row.revision == loaded.revision
-        and grant in row.admitted_grants
+        if extension_id in eligible
     ]
 
 
@@ -167,7 +196,7 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
     if "settled" in row.admitted_grants:
         settled_consumer_cursor_initialise(extension_id=row.id)
     usage_slots_ensure(extension_id=row.id)
-    _service_user(row.id)
+    extension_user(row.id)
     stop_reason = state_migrate(loaded=loaded, row=row)
     if stop_reason is not None and row.status == ExtensionStatus.STOPPED:
         # kept stopped, and its state still cannot open: that is the reason now
@@ -194,16 +223,24 @@ def _clear_stop(row: RosterEntry) -> None:
     row.next_auto_resume_at = None
 
 
-def _service_user(extension_id: str) -> None:
-    """The extension's own user (`ext:<id>`, no password, no login): the owner of
-    conversations it creates."""
+def extension_user(extension_id: str) -> AbstractBaseUser:
+    """The extension's own user `ext:<id>` (no password, no login): the owner of the
+    conversations it creates and who its host API calls act as by default. `roster_sync`
+    creates it; it is created here too when an older roster predates it."""
     user_model = get_user_model()
     username = service_username(extension_id)
-    if user_model.objects.filter(username=username).exists():
-        return
+    user = user_model.objects.filter(username=username).first()
+    if user is not None:
+        return user
     user = user_model(username=username, first_name=f"Extension {extension_id}"[:150])
     user.set_unusable_password()
-    user.save()
+    try:
+        # a savepoint: losing a race to create it must not break the caller's transaction
+        with transaction.atomic():
+            user.save()
+    except IntegrityError:
+        return user_model.objects.get(username=username)
+    return user
 
 
 def extension_resume(*, extension_id: str, actor: str) -> RosterEntry:
@@ -228,7 +265,11 @@ def extension_resume(*, extension_id: str, actor: str) -> RosterEntry:
 
 def roster_auto_resume_due(*, limit: int = 64) -> list[str]:
     """The auto-resume sweep: resume stopped extensions whose backoff has passed (beat, every
-    30 s). Rows locked by another sweep are skipped."""
+    30 s). Rows locked by another sweep are skipped. Nothing resumes while `HOST_AUTO_RESUME`
+    is off, auto-resumes scheduled before it was turned off included; turned on again, those
+    still due resume at the next sweep."""
+    if not settings.HOST_AUTO_RESUME:
+        return []
 
     def step() -> list[str]:
         now = clock.now()
@@ -297,6 +338,67 @@ def extension_admit_grants(*, extension_id: str, grants: list[str], actor: str) 
             detail={"before": previous, "after": row.admitted_grants},
         )
     return row
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+KEEP = _Keep.KEEP  # an argument of `extension_limits_update` left as it is
+
+
+def extension_limits_update(
+    *,
+    extension_id: str,
+    actor: str,
+    auto_resume: bool | _Keep = KEEP,
+    deadline_seconds: float | None | _Keep = KEEP,
+    quotas: dict[str, int] | None | _Keep = KEEP,
+) -> RosterEntry:
+    """Staff change an extension's auto-resume switch, hook deadline override (None: none) or
+    quota overrides (None or `{}`: none) — the admin's form. Validated like the form; audited
+    (`extension_limits_changed`) with each changed field's before and after; a call that
+    changes nothing writes nothing."""
+    wanted: dict[str, Any] = {}
+    if auto_resume is not KEEP:
+        if not isinstance(auto_resume, bool):
+            raise HostError("contract", "invalid", MSG_AUTO_RESUME_INVALID)
+        wanted["auto_resume"] = auto_resume
+    if deadline_seconds is not KEEP:
+        if deadline_seconds is not None and (
+            isinstance(deadline_seconds, bool)
+            or not isinstance(deadline_seconds, int | float)
+            or not 0 < deadline_seconds <= MAX_DEADLINE_SECONDS
+        ):
+            raise HostError("contract", "invalid", MSG_DEADLINE_INVALID)
+        wanted["deadline_seconds"] = None if deadline_seconds is None else float(deadline_seconds)
+    if quotas is not KEEP:
+        problems = quotas_problems(quotas)
+        if problems:
+            raise HostError("contract", "invalid", MSG_QUOTAS_INVALID, details={"quotas": problems})
+        wanted["quotas"] = quotas_parsed(quotas)
+
+    def step() -> RosterEntry:
+        with transaction.atomic(durable=True):
+            row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
+            if row is None:
+                raise HostError("store", "not_found", MSG_NOT_FOUND)
+            changed = {
+                name: {"before": getattr(row, name), "after": value}
+                for name, value in wanted.items()
+                if getattr(row, name) != value
+            }
+            if not changed:
+                return row
+            for name, change in changed.items():
+                setattr(row, name, change["after"])
+            row.save(update_fields=[*changed, "updated_at"])
+            audit_record(
+                actor=actor, action="extension_limits_changed", target=row.id, detail=changed
+            )
+            return row
+
+    return with_transient_retries(step)
 
 
 def _grants_changed(extension_id: str) -> None:

@@ -81,6 +81,16 @@ class Turn:
     capture: dict[str, Any] = field(repr=False)
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """A recorded tool call: its result, or `ok=False` with the reason (the run goes on)."""
+
+    tool_call_id: str
+    ok: bool
+    result: Any
+    reason: str
+
+
 @contextmanager
 def running_host(*, data_dir: Path, start_ms: int | None = None) -> Iterator[TestHost]:
     """A `TestHost` for the duration of the block (the database must be usable: pytest-django's
@@ -102,6 +112,7 @@ class TestHost:
         self._stack = stack
         self.clock = stack.enter_context(host_clock.fake_clock(start_ms))
         self._request_ids = itertools.count(1)
+        self._tool_calls = itertools.count(1)
         forget_activations()
         stack.callback(forget_activations)
 
@@ -321,6 +332,12 @@ class TestHost:
         claims (prompt sections are captured from the extensions), appends `answer` (default:
         the echo runtime's answer) and settles. Delivery to `on_settled` consumers happens on
         `deliver_settled()` or `tick()`, as beat would do it."""
+        return self.answer(self.claim(conversation_id, text, user=user), answer, outcome=outcome)
+
+    def claim(self, conversation_id: str, text: str | None = "hello", *, user: Any = None) -> int:
+        """The first half of a turn: the user submits `text` (None: use what is queued) and the
+        runtime claims the run (prompt sections and tools are captured). Returns the run id,
+        for `tool_call` and `answer`."""
         from conversations.services import run_claim
 
         if text is not None:
@@ -328,7 +345,34 @@ class TestHost:
         claim = run_claim(conversation_id=conversation_id)
         if claim is None:
             raise LookupError(f"Nothing to claim in conversation {conversation_id}")
-        return self._answer(claim.run, answer=answer, outcome=outcome)
+        return claim.run.pk
+
+    def tool_call(
+        self,
+        run_id: int,
+        extension_id: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        tool_call_id: str | None = None,
+    ) -> ToolCall:
+        """The runtime calls a tool of a claimed run, as `POST /v1/runs/{id}/tool-calls` does:
+        the handler runs in a frame and its result (or the bounded reason of a failure) is
+        recorded. Bad arguments or a tool the claim did not offer raise `HostError`."""
+        from extensions_host.surfaces.services.toolcalls import tool_call_execute
+
+        call_id = tool_call_id or f"call-{next(self._tool_calls)}"
+        with _after_commit():
+            record = tool_call_execute(
+                run_id=run_id,
+                tool_call_id=call_id,
+                extension_id=extension_id,
+                tool=tool,
+                arguments=arguments,
+            ).record
+        return ToolCall(
+            tool_call_id=call_id, ok=record.ok, result=record.result, reason=record.reason
+        )
 
     def respond(self) -> list[Turn]:
         """The built-in echo runtime: claim every runnable conversation and answer it (what the
@@ -340,16 +384,18 @@ class TestHost:
             claim = run_claim()
             if claim is None:
                 return turns
-            turns.append(self._answer(claim.run, answer=None, outcome="answered"))
+            turns.append(self.answer(claim.run.pk))
         raise RuntimeError("respond(): the runtime never ran out of work")
 
-    def _answer(self, run: Any, *, answer: str | None, outcome: str) -> Turn:
+    def answer(self, run_id: int, answer: str | None = None, *, outcome: str = "answered") -> Turn:
+        """The second half of a turn: the runtime appends `answer` (default: the echo
+        runtime's) to a claimed run and settles it."""
         from conversations import echo
         from conversations.models import Run
         from conversations.services import entry_append, run_settle
         from extensions_host.surfaces.services.participation import run_info
 
-        run = Run.objects.get(pk=run.pk)
+        run = Run.objects.get(pk=run_id)
         info = run_info(run)
         capture = dict(run.capture or {})
         text = answer

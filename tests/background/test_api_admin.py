@@ -87,18 +87,40 @@ def test_purging_removes_an_extensions_background_state(install, conversation, s
     assert not LifecycleDelivery.objects.exists()
 
 
-def test_meta_figures_give_consumer_lag_and_the_due_timer_backlog(
+def test_the_backlog_figures_give_consumer_lag_timer_backlog_and_outbox_of_installed_ones(
     install, conversation, fake_clock
 ):
-    from extensions_host.background.services.settled import settled_consumers
-    from extensions_host.background.services.timers import timers_backlog
+    from extensions_host.background.models import LifecycleDelivery
+    from extensions_host.background.services.backlog import backlog_figures
 
-    install(make_ext("alpha", on_settled=lambda ctx, runs: None))
-    settled_cursor_initialise(extension_id="alpha")
+    install(
+        make_ext("alpha", on_settled=lambda ctx, runs: None),
+        make_ext("beta", grants={"state", "timers"}),
+        make_ext("gone", on_settled=lambda ctx, runs: None),
+    )
     conversation("c1")
     settle_runs("c1", 2)
     now = fake_clock.now_ms()
     in_frame("alpha", lambda ctx: [ctx.timers.set("a", now - 900), ctx.timers.set("b", now - 5)])
+    in_frame("beta", lambda ctx: ctx.timers.set("later", now + 60_000))
+    in_frame("gone", lambda ctx: ctx.timers.set("old", now - 99_000))
+    LifecycleDelivery.objects.create(extension_id="alpha", event_id=1, kind="conversation_created")
+    install(
+        make_ext("alpha", on_settled=lambda ctx, runs: None),
+        make_ext("beta", grants={"state", "timers"}),
+    )  # `gone` is uninstalled: its timers and cursor are no backlog
 
-    assert [(c["extension_id"], c["lag"]) for c in settled_consumers()] == [("alpha", 2)]
-    assert timers_backlog() == {"due": 2, "oldest_due_age_ms": 900}
+    figures = backlog_figures()
+
+    core = figures["settled"]["core_cursor"]
+    assert figures["settled"]["consumers"] == {
+        "alpha": {"cursor": core - 2, "core_cursor": core, "lag": 2}
+    }
+    assert figures["settled"]["max_lag"] == 2
+    assert figures["timers"] == {
+        "pending": 3,
+        "due": 2,
+        "oldest_due_at": now - 900,
+        "oldest_due_age_ms": 900,
+    }
+    assert figures["outbox"]["pending"] == {"alpha": 1}

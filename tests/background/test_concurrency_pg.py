@@ -121,6 +121,39 @@ def test_skip_overlap_never_runs_a_job_twice_at_once(install, sent):
     assert JobState.objects.get(pk="ext:alpha:slow").runs == 1
 
 
+def test_the_sweep_does_not_hand_out_a_job_that_is_running_right_now(install, sent):
+    from extensions_host.background.services.jobs import jobs_dispatch_due
+
+    running = threading.Event()
+    release = threading.Event()
+
+    def action(ctx: Any, run: JobRun) -> None:
+        running.set()
+        release.wait(timeout=10)
+
+    ext = make_ext("alpha")
+    add_job(ext, Job("slow", every_seconds=3600, action=action))
+    add_job(ext, Job("quick", every_seconds=3600, action=lambda ctx, run: None))
+    install(ext)
+    jobs_ensure(jobs_declared())
+    for name in ("slow", "quick"):
+        JobTrigger.objects.create(job_id=f"ext:alpha:{name}", actor="s", not_before=clock.now_ms())
+
+    def contender(n: int) -> Any:
+        if n == 0:
+            return job_run(job_id="ext:alpha:slow")
+        running.wait(timeout=10)  # the slow job holds its row now
+        try:
+            return jobs_dispatch_due()
+        finally:
+            release.set()
+
+    slow, handed_out = run_threads(2, contender)
+
+    assert slow == "ok"
+    assert handed_out == ["ext:alpha:quick"]  # the running one is not handed out again
+
+
 def test_concurrent_deliverers_of_one_consumer_deliver_each_run_once_in_order(
     install, conversation, sent
 ):

@@ -301,3 +301,94 @@ def test_a_prompt_job_submits_into_its_conversation_and_needs_send(
 def test_a_job_declaration_is_checked(options, message):
     with pytest.raises(DefinitionError, match=message):
         Job("j", action=lambda ctx, run: None, **options)
+
+
+# --- beat's sweep: one task per due job --------------------------------------------------------
+
+
+def two_jobs(runs: Runs) -> Any:
+    ext = make_ext("alpha")
+    add_job(ext, Job("tick", action=runs, every_seconds=10))
+    add_job(ext, Job("tock", action=runs, every_seconds=10))
+    return ext
+
+
+def test_the_run_jobs_task_hands_each_due_job_to_its_own_task_and_runs_none(
+    install, fake_clock, sent, django_capture_on_commit_callbacks
+):
+    from extensions_host.background import tasks
+
+    runs = Runs()
+    install(two_jobs(runs))
+    tasks.run_jobs()  # declares them: their first run is the next instant
+    fake_clock.set(state().next_run_at)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.run_jobs()
+
+    # one job per task: a task's time limit is never shared by a second job's frame, so a
+    # limit hit in one job can never be taken for another extension's job overrunning
+    assert runs.runs == []
+    assert sorted(args for args, _ in sent.of("run_job")) == [
+        ("ext:alpha:tick",),
+        ("ext:alpha:tock",),
+    ]
+    assert sent.of("run_jobs") == []  # no self re-enqueue: the next tick hands out the rest
+    for (job_id,), _ in sent.of("run_job"):
+        tasks.run_job(job_id)
+    assert len(runs.runs) == 2
+    assert {r.job_id for r in runs.runs} == {"ext:alpha:tick", "ext:alpha:tock"}
+
+
+def test_a_due_job_is_handed_out_only_after_the_sweep_commits(
+    install, fake_clock, sent, django_capture_on_commit_callbacks
+):
+    from extensions_host.background.services.jobs import jobs_dispatch_due
+
+    install(job_ext(Runs()))
+    jobs_dispatch_due()
+    fake_clock.set(state().next_run_at)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert jobs_dispatch_due() == [JOB]
+    assert sent.of("run_job") == []
+    for callback in callbacks:
+        callback()
+    assert [args for args, _ in sent.of("run_job")] == [(JOB,)]
+
+
+def test_duplicate_run_job_tasks_for_one_due_job_run_it_once(
+    install, fake_clock, sent, django_capture_on_commit_callbacks
+):
+    from extensions_host.background.services.jobs import jobs_dispatch_due
+
+    runs = Runs()
+    install(job_ext(runs))
+    jobs_dispatch_due()
+    first = state().next_run_at
+    fake_clock.set(first)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs_dispatch_due()
+        jobs_dispatch_due()  # a second tick before the first task ran: handed out again
+    assert [args for args, _ in sent.of("run_job")] == [(JOB,), (JOB,)]
+
+    assert job_run(job_id=JOB) == "ok"
+    assert job_run(job_id=JOB) == "idle"  # the duplicate finds nothing due
+    assert runs.instants == [first]
+    assert state().runs == 1
+
+
+def test_a_trigger_is_audited_with_the_staff_username_not_a_display_name(
+    install, sent, api, make_user
+):
+    from core.models import AuditEntry
+
+    admin = make_user("ops", is_staff=True, is_superuser=True, first_name="Olga", last_name="P")
+    install(job_ext(Runs()))
+
+    assert api(admin).post(f"/v1/jobs/{JOB}/trigger").status_code == 202
+
+    entry = AuditEntry.objects.get(action="job_triggered")
+    assert (entry.actor, entry.target) == ("ops", JOB)
+    assert JobTrigger.objects.get().actor == "ops"

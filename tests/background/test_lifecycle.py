@@ -325,6 +325,43 @@ def test_a_shutdown_that_overruns_its_deadline_is_abandoned(install, settings):
     assert time.monotonic() - started < 2
 
 
+@pytest.mark.django_db(transaction=True)
+def test_off_the_main_thread_a_slow_shutdown_is_abandoned_at_its_deadline(install, settings):
+    import threading
+    import time
+
+    from django.db import connection
+
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 50
+    install(make_ext("alpha", shutdown=lambda ctx: time.sleep(5)))
+    outcomes: list[dict[str, str]] = []
+
+    def run() -> None:
+        try:
+            outcomes.append(lifecycle_shutdown_all())
+        finally:
+            connection.close()
+
+    started = time.monotonic()
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+
+    assert outcomes == [{"alpha": "timeout"}]
+    assert time.monotonic() - started < 2
+
+
+def test_a_shutdown_cut_by_the_process_exiting_is_not_waited_for(install):
+    def exits(ctx: Any) -> None:
+        raise SystemExit(0)
+
+    install(make_ext("alpha", shutdown=exits))
+
+    with pytest.raises(SystemExit):
+        lifecycle_shutdown_all()
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
 # --- idle detection ---------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from extensions_host.background.services.workers import (
 from extensions_host.contributions.models import Notification
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame
-from extensions_host.sdk import DefinitionError
+from extensions_host.sdk import DefinitionError, ExtensionStop, StateError
 
 from .conftest import resume, roster
 from .exts import Effect, effects, make_ext
@@ -138,6 +138,56 @@ def test_a_defect_inside_transact_stops_the_extension_as_in_any_frame(install, s
     assert worker_run(extension_id="alpha", name="tidy") == "failed"
     assert roster("alpha").status == ExtensionStatus.STOPPED
     assert roster("alpha").reason == "transact defect: division by zero"
+
+
+async def _async_run(ctx: Any, wake: WorkerWake) -> None:
+    return None
+
+
+def _stops(ctx: Any, wake: WorkerWake) -> None:
+    raise ExtensionStop("upstream quota spent")
+
+
+def _typed(ctx: Any, wake: WorkerWake) -> None:
+    raise StateError("conflict", "someone else wrote it")
+
+
+@pytest.mark.parametrize(
+    ("run", "error"),
+    [
+        (_stops, "upstream quota spent"),  # its own reason, as anywhere else
+        (_typed, "worker tidy: StateError: someone else wrote it"),
+        (_async_run, "worker tidy defect: returned an awaitable; handlers must be synchronous"),
+    ],
+    ids=["extension-stop", "typed-error", "async"],
+)
+def test_a_failed_run_reads_like_any_code_run_outside_a_frame(install, sent, run, error):
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "failed"
+
+    assert WorkerState.objects.get(extension_id="alpha", name="tidy").last_error == error
+    assert roster("alpha").status == ExtensionStatus.RUNNING  # a failed run, not a stop
+
+
+def test_a_run_told_to_exit_re_raises_and_is_recorded_by_the_redelivery(install, sent):
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        raise SystemExit(1)  # gunicorn/Celery told the process to exit mid-run
+
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    with pytest.raises(SystemExit):
+        worker_run(extension_id="alpha", name="tidy", delivery="task-1")
+
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    assert WorkerState.objects.get(extension_id="alpha", name="tidy").running_token  # in flight
+    # the redelivered task (same id) records the cut run and releases the worker at once
+    assert worker_run(extension_id="alpha", name="tidy", delivery="task-1") == "idle"
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert (state.running_token, state.last_outcome) == ("", "failed")
+    assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
 def test_a_stopped_extensions_worker_waits_and_runs_after_resume(

@@ -68,3 +68,23 @@ def test_resuming_clears_the_stopped_row_and_lists_the_resume_in_recent_audit(co
     assert STOP_REASON not in html
     audit = html[html.index('id="hy-audit"') :]
     assert "extension_resumed" in audit and "flaky" in audit
+
+
+def test_the_dashboard_figures_are_the_ones_meta_and_metrics_give(install, host):
+    from extensions_host.contributions.services.meta import lag_figures
+    from inspector.console import dashboard_read
+
+    install(keeper())  # flaky is uninstalled now: its due timer is nobody's backlog any more
+    now = Timer.objects.get(key="due-now").fire_at
+    Timer.objects.create(extension_id="flaky", key="orphan", due_at=now - 9000, fire_at=now - 9000)
+
+    dash, lag = dashboard_read(), lag_figures()
+
+    assert (dash["timers_due"], dash["timers_pending"]) == (1, 2)
+    assert (dash["timers_due"], dash["timers_pending"]) == (
+        lag["timers"]["due"],
+        lag["timers"]["pending"],
+    )
+    assert dash["max_lag"] == lag["settled"]["max_lag"] == 1
+    assert dash["core_cursor"] == lag["settled"]["core_cursor"]
+    assert dash["lifecycle_backlog"] == sum(lag["outbox"]["pending"].values()) == 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from rest_framework.test import APIClient
 
 from extensions_host.models import ExtensionStatus, RosterEntry
@@ -184,3 +187,53 @@ def test_providers_need_their_grant_admitted(install, api, member):
     catalog = api(member).get("/v1/meta").json()["providers"]
     assert catalog["providers"] == []
     assert catalog["default_model"] is None
+
+
+def _busy_ext(n: int) -> Extension:
+    """An extension with a settled cursor and a due timer: a row of every lag figure."""
+    ext = Extension(id=f"busy{n}", version="1", grants={"settled", "timers", "state"})
+    ext.on_settled(lambda ctx, runs: None)
+    ext.on_timer(lambda ctx, timer: None)
+    return ext
+
+
+def _queries(install: Any, count: int, read: Any) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from extensions_host.runtime import run_frame
+
+    install(*[_busy_ext(n) for n in range(count)])
+    for n in range(count):
+        run_frame(
+            extension_id=f"busy{n}",
+            hook="test",
+            call=lambda ctx: ctx.timers.set("due", 0),
+            failures="return",
+        )
+    read()  # warm: tokens, caches, activation
+    with CaptureQueriesContext(connection) as captured:
+        read()
+    return len(captured.captured_queries)
+
+
+@pytest.mark.parametrize("surface", ["lag figures", "GET /v1/meta", "/metrics"])
+def test_the_lag_figures_cost_the_same_queries_for_one_or_five_extensions(
+    install, api, member, surface
+):
+    from extensions_host.contributions.metrics import metrics_text
+    from extensions_host.contributions.services.meta import lag_figures
+
+    client = api(member)
+    read = {
+        "lag figures": lag_figures,
+        "GET /v1/meta": lambda: client.get("/v1/meta"),
+        "/metrics": metrics_text,
+    }[surface]
+
+    one = _queries(install, 1, read)
+    five = _queries(install, 5, read)
+
+    assert five == one  # set-based: no query per extension
+    assert len(lag_figures()["settled"]["consumers"]) == 5
+    assert lag_figures()["timers"]["due"] == 5

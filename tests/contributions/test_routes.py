@@ -176,7 +176,8 @@ def test_routes_need_the_routes_grant_admitted(install, api, member):
     RosterEntry.objects.filter(pk="web").update(admitted_grants=["state"])
     response = api(member).get("/v1/ext/web/me")
     assert response.status_code == 503
-    assert response.json()["error"]["message"] == "Extension web is not granted routes"
+    # the one availability check of commands, routes and slash commands (spec 04's message)
+    assert response.json()["error"]["message"] == "Extension is unavailable"
     assert exts.calls == []
 
 

@@ -145,3 +145,28 @@ def test_core_help_lists_every_command(install, api, owner, conversation):
     notice = run(api(owner), "c1", "help").json()["notice"]
     assert "/fork [entry id]" in notice
     assert "/todo <text> — Add a todo" in notice
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ({"status": ExtensionStatus.STOPPED, "reason": "x"}, "Extension todo is stopped: x"),
+        ({"admitted_grants": []}, "Extension is unavailable"),
+        # spec 04's order (the grant before the stop), as for the extension commands API
+        ({"status": ExtensionStatus.STOPPED, "reason": "x", "admitted_grants": []},
+         "Extension is unavailable"),
+    ],
+    ids=["stopped", "not-granted", "stopped-and-not-granted"],
+)  # fmt: skip
+def test_an_unavailable_extension_s_command_answers_as_an_extension_command_does(
+    install, api, owner, conversation, update, message
+):
+    install(make_slash_ext())
+    conversation("c1")
+    RosterEntry.objects.filter(pk="todo").update(**update)
+
+    response = run(api(owner), "c1", "todo", "x")
+
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == message
+    assert exts.calls == []

@@ -132,3 +132,58 @@ def test_the_host_restores_the_clock_and_the_installed_set(db, tmp_path):
 
     assert isinstance(clock._clock, clock.SystemClock)
     assert registry._override is before
+
+
+class Lookup(BaseModel):
+    word: str
+
+
+def dictionary() -> Extension:
+    ext = Extension(
+        id="dictionary",
+        version="1.0.0",
+        grants={"run_tools", "state"},
+        collections={"seen": Collection(Seen, key=lambda s: s.key)},
+    )
+
+    @ext.tool("define", input=Lookup, description="Define a word")
+    def define(ctx: Any, run: Any, arguments: Lookup) -> dict[str, str]:
+        if arguments.word == "boom":
+            raise RuntimeError("no such word")
+        ctx.collection("seen").put(Seen(key=arguments.word, detail=run.conversation_id))
+        return {"word": arguments.word, "meaning": arguments.word[::-1]}
+
+    return ext
+
+
+def test_tool_call_runs_the_handler_of_a_claimed_run_then_the_turn_settles(hyphae_host):
+    hyphae_host.install(dictionary())
+    hyphae_host.conversation("c1")
+
+    run_id = hyphae_host.claim("c1", "what does kayak mean?")
+    call = hyphae_host.tool_call(run_id, "dictionary", "define", {"word": "kayak"})
+    again = hyphae_host.tool_call(
+        run_id, "dictionary", "define", {"word": "kayak"}, tool_call_id=call.tool_call_id
+    )
+    turn = hyphae_host.answer(run_id, "it reads the same both ways")
+
+    assert call.ok and call.result == {"word": "kayak", "meaning": "kayak"}
+    assert again == call  # idempotent on the tool-call id: the recorded result
+    assert hyphae_host.record("dictionary", "seen", "kayak") == Seen(key="kayak", detail="c1")
+    assert turn.run_id == run_id and turn.answer == "it reads the same both ways"
+    roles = [role for role, _ in hyphae_host.transcript("c1")]
+    assert roles == ["user", "tool", "assistant"]
+
+
+def test_a_failing_tool_is_recorded_not_ok_and_stops_its_extension(hyphae_host):
+    hyphae_host.install(dictionary())
+    hyphae_host.conversation("c1")
+    run_id = hyphae_host.claim("c1")
+
+    call = hyphae_host.tool_call(run_id, "dictionary", "define", {"word": "boom"})
+
+    assert not call.ok and "no such word" in call.reason
+    assert hyphae_host.status("dictionary").stopped
+    with pytest.raises(HostError) as bad:
+        hyphae_host.tool_call(run_id, "dictionary", "define", {"wrd": "x"})
+    assert bad.value.status == 400

@@ -156,3 +156,27 @@ def test_valid_quotas_are_saved(install, console, posted, stored):
 
     assert saved.status_code == 302
     assert roster("alpha").quotas == stored
+
+
+def test_recovery_and_limit_edits_go_through_the_audited_service(install, console, staff):
+    install(make_ext("alpha"))
+
+    saved = console.post(
+        f"{CHANGELIST}alpha/change/",
+        change_form(auto_resume="", deadline_seconds="20", quotas='{"max_timers": 50}'),
+    )
+
+    assert saved.status_code == 302
+    row = roster("alpha")
+    assert (row.auto_resume, row.deadline_seconds, row.quotas) == (False, 20.0, {"max_timers": 50})
+    entry = AuditEntry.objects.get(action="extension_limits_changed", target="alpha")
+    assert entry.actor == staff.get_username()
+    assert entry.detail == {
+        "auto_resume": {"before": True, "after": False},
+        "deadline_seconds": {"before": None, "after": 20.0},
+        "quotas": {"before": {}, "after": {"max_timers": 50}},
+    }
+
+    console.post(f"{CHANGELIST}alpha/change/", change_form(auto_resume="", deadline_seconds="20",
+                                                          quotas='{"max_timers": 50}'))  # fmt: skip
+    assert AuditEntry.objects.filter(action="extension_limits_changed").count() == 1

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from conversations.models import Conversation
-from extensions_host.models import ExtensionRecord, ExtensionStatus
+from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
 
 from .conftest import roster
@@ -384,3 +384,14 @@ def test_an_idempotency_key_over_256_characters_is_400(setup, api):
     )
 
     assert response.status_code == 400
+
+
+def test_a_stopped_extension_without_the_grant_answers_for_the_grant_first(setup, api):
+    # spec 04's order: the `commands` grant (503 unavailable), then stopped (503 with reason)
+    RosterEntry.objects.filter(pk="notes").update(
+        status=ExtensionStatus.STOPPED, reason="x", admitted_grants=[]
+    )
+
+    response = api(setup).post(url("add"), {"key": "k"}, format="json")
+
+    assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")

@@ -16,7 +16,7 @@ from core.models import AuditEntry
 from extensions_host import registry
 from extensions_host.models import ExtensionRecord, ExtensionStatus
 from extensions_host.runtime import run_frame, secret_sources
-from extensions_host.sdk import ExtensionStop, Retry, StateError
+from extensions_host.sdk import ExtensionStop, Retry, StateError, TimerEvent
 
 from .conftest import fire_timer, roster
 from .exts import Item, make_ext, put_item
@@ -631,3 +631,87 @@ def test_the_startup_sync_tolerates_a_database_without_tables(monkeypatch):
     monkeypatch.setattr(roster_service, "roster_sync", missing_tables)
 
     assert roster_service.roster_sync_at_start() is None
+
+
+# --- the host process told to exit mid-hook ------------------------------------------------
+
+
+def exits_after_write(exc: BaseException) -> Any:
+    def hook(ctx: Any, timer: Any) -> None:
+        ctx.collection("item").put(Item(key="written-before-exit"))
+        raise exc
+
+    return hook
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [SystemExit(1), SystemExit(0), KeyboardInterrupt()],
+    ids=["worker-timeout", "quit-signal", "ctrl-c"],
+)
+def test_a_process_told_to_exit_mid_hook_rolls_back_and_re_raises_without_a_stop(install, exc):
+    # gunicorn's worker timeout (SIGABRT → sys.exit(1)) and SIGQUIT/SIGINT (sys.exit(0)) raise
+    # SystemExit wherever the worker is: the host is going away, the extension did nothing wrong
+    install(make_ext("alpha", on_timer=exits_after_write(exc)))
+
+    with pytest.raises(type(exc)):
+        fire_timer("alpha")
+
+    alpha = roster("alpha")
+    assert (alpha.status, alpha.reason, alpha.failing_hook) == (ExtensionStatus.RUNNING, "", "")
+    assert records("alpha") == []  # the frame rolled back
+    assert not AuditEntry.objects.filter(action="extension_stopped").exists()
+
+
+def test_a_process_told_to_exit_in_a_page_rolls_the_page_back_and_stops_nobody(install):
+    from extensions_host.runtime import run_page
+
+    install(make_ext("alpha", on_timer=exits_after_write(SystemExit(1))), make_ext("beta"))
+    loaded = registry.get("alpha")
+    event = TimerEvent(key="t", due_at=0, fired_at=0)
+
+    def page_body(page: Any) -> None:
+        run_frame(
+            extension_id="beta",
+            hook="on_timer",
+            call=lambda ctx: ctx.collection("item").put(Item(key="b1")),
+            page=page,
+        )
+        run_frame(
+            extension_id="alpha",
+            hook="on_timer",
+            call=lambda ctx: loaded.definition.hooks.single["on_timer"](ctx, event),
+            page=page,
+        )
+
+    with pytest.raises(SystemExit):
+        run_page(page_body, time_limit_s=10)
+
+    assert [roster(e).status for e in ("alpha", "beta")] == [ExtensionStatus.RUNNING] * 2
+    assert records("alpha") == records("beta") == []
+
+
+def test_a_delivery_cut_short_by_a_process_exit_stays_counted_like_a_death(install):
+    from extensions_host.runtime.crashes import unfinished_deliveries
+
+    install(make_ext("alpha", on_timer=exits_after_write(SystemExit(1))))
+    with pytest.raises(SystemExit):
+        fire_timer("alpha", item="t@0")
+    # a hook that keeps calling sys.exit in a worker is quarantined like one that kills it
+    assert unfinished_deliveries(extension_id="alpha", hook="on_timer", item="t@0") == 1
+
+    install(make_ext("alpha", on_timer=put_item("ok")))
+    assert fire_timer("alpha", item="t@0").ok
+    assert unfinished_deliveries(extension_id="alpha", hook="on_timer", item="t@0") == 0
+
+
+def test_activate_told_to_exit_stops_nothing(install):
+    def activate(ctx: Any) -> None:
+        raise SystemExit(1)
+
+    install(make_ext("alpha", on_timer=put_item("a1"), activate=activate))
+
+    with pytest.raises(SystemExit):
+        fire_timer("alpha")
+
+    assert roster("alpha").status == ExtensionStatus.RUNNING

@@ -348,3 +348,112 @@ def test_contributions_apply_only_for_running_extensions_at_their_revision_with_
     assert running() == ["gamma"]
     RosterEntry.objects.filter(pk="gamma").update(admitted_grants=[])
     assert running() == []
+
+
+def test_host_auto_resume_off_holds_back_auto_resumes_already_scheduled(
+    install, fake_clock, settings
+):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")  # stopped while auto-resume is on: scheduled in 1 minute
+    scheduled = roster("alpha").next_auto_resume_at
+    assert scheduled is not None
+
+    settings.HOST_AUTO_RESUME = False
+    fake_clock.advance(seconds=3600)
+    assert roster_auto_resume_due() == []
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+    settings.HOST_AUTO_RESUME = True  # turned on again: what is still due resumes
+    assert roster_auto_resume_due() == ["alpha"]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_the_extension_user_is_the_one_sync_created_and_is_made_again_when_missing(install):
+    from extensions_host.services.roster import extension_user
+
+    install(make_ext("alpha"))
+    synced = get_user_model().objects.get(username="ext:alpha")
+
+    assert extension_user("alpha") == synced
+    synced.delete()
+    again = extension_user("alpha")
+    assert again.username == "ext:alpha"
+    assert again.first_name == "Extension alpha"
+    assert not again.has_usable_password()
+    assert extension_user("alpha") == again
+
+
+def test_eligibility_is_one_rule_for_sweeps_and_contributions(install):
+    from extensions_host.models import RosterEntry
+    from extensions_host.services.roster import eligible_ids, extensions_running_with
+
+    install(make_ext("alpha", grants={"notify"}), make_ext("beta", grants={"notify"}),
+            make_ext("gamma", grants={"notify"}))  # fmt: skip
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+    RosterEntry.objects.filter(pk="beta").update(revision="0" * 64)
+
+    assert eligible_ids("notify") == ["gamma"]
+    assert [e for e, _ in extensions_running_with("notify")] == eligible_ids("notify")
+    assert eligible_ids("notify", ids=["alpha", "gamma", "ghost\x00"]) == ["gamma"]
+
+
+# --- staff limits: auto-resume, deadline override, quota overrides -----------------------------
+
+
+def test_staff_limits_are_validated_written_and_audited_with_what_changed(install):
+    from extensions_host.services.roster import extension_limits_update
+
+    install(make_ext("alpha"))
+
+    extension_limits_update(
+        extension_id="alpha",
+        actor="staff",
+        auto_resume=False,
+        deadline_seconds=12,
+        quotas={"max_records": 10},
+    )
+
+    row = roster("alpha")
+    assert (row.auto_resume, row.deadline_seconds, row.quotas) == (False, 12.0, {"max_records": 10})
+    entry = AuditEntry.objects.get(action="extension_limits_changed")
+    assert (entry.actor, entry.target) == ("staff", "alpha")
+    assert entry.detail == {
+        "auto_resume": {"before": True, "after": False},
+        "deadline_seconds": {"before": None, "after": 12.0},
+        "quotas": {"before": {}, "after": {"max_records": 10}},
+    }
+
+    extension_limits_update(extension_id="alpha", actor="staff", deadline_seconds=12.0)
+    assert AuditEntry.objects.filter(action="extension_limits_changed").count() == 1  # no change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"deadline_seconds": 0}, "Deadline override must be more than 0 and at most 300 seconds"),
+        (
+            {"deadline_seconds": 301},
+            "Deadline override must be more than 0 and at most 300 seconds",
+        ),
+        ({"quotas": {"max_bogus": 1}}, "Quota overrides are invalid"),
+        ({"quotas": {"max_records": -1}}, "Quota overrides are invalid"),
+        ({"auto_resume": "yes"}, "Auto-resume must be true or false"),
+    ],
+)
+def test_staff_limits_refuse_invalid_values_and_change_nothing(install, change, message):
+    from core.errors import HostError
+    from extensions_host.services.roster import extension_limits_update
+
+    install(make_ext("alpha"))
+
+    with pytest.raises(HostError) as raised:
+        extension_limits_update(extension_id="alpha", actor="staff", **change)
+
+    assert (raised.value.category, raised.value.cause, raised.value.message) == (
+        "contract",
+        "invalid",
+        message,
+    )
+    row = roster("alpha")
+    assert (row.auto_resume, row.deadline_seconds, row.quotas) == (True, None, {})
+    assert not AuditEntry.objects.filter(action="extension_limits_changed").exists()

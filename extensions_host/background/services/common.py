@@ -1,5 +1,6 @@
-"""Pieces every background service shares: which extensions may run a capability here, the
-coalesced delivery kicks, and enqueueing after commit."""
+"""Pieces every background service shares: the coalesced delivery kicks, enqueueing after
+commit, pages retried after a stop that could not be written. Which extensions may run a
+capability here is the roster's one rule (`services.roster.eligible_ids`, re-exported)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ from django.db import connection, transaction
 
 from core import clock
 from core.errors import HostError
-from extensions_host import registry
 from extensions_host.background.models import Kick
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import FramePage, run_page
 from extensions_host.runtime.deadlines import default_deadline
-from extensions_host.runtime.frames import decode_json
+from extensions_host.services.roster import eligible_ids as eligible_ids  # the one rule
 
 T = TypeVar("T")
 
@@ -33,32 +33,6 @@ CHANNEL_SETTLED = "settled"
 CHANNEL_LIFECYCLE = "lifecycle"
 CHANNEL_FANOUT = "fanout"
 FANOUT_KEY = "*"
-
-
-def eligible_ids(grant: str, *, ids: Iterable[str] | None = None) -> list[str]:
-    """Extensions whose hooks this process may run for `grant`: running, granted, and loaded
-    here at the roster's revision (a process with other code runs none of their hooks)."""
-    loaded = registry.loaded()
-    wanted = list(loaded) if ids is None else [i for i in ids if i in loaded]
-    if not wanted:
-        return []
-    roster = connection.ops.quote_name(RosterEntry._meta.db_table)
-    with connection.cursor() as cursor:  # a plain statement: every sweep page runs it
-        cursor.execute(
-            f"SELECT id, revision, admitted_grants FROM {roster} "  # noqa: S608 (our table)
-            f"WHERE status = %s AND id IN ({', '.join(['%s'] * len(wanted))})",
-            [ExtensionStatus.RUNNING.value, *wanted],
-        )
-        rows = cursor.fetchall()
-    return sorted(
-        ext_id
-        for ext_id, revision, grants in rows
-        if grant in (decode_json(grants) or []) and loaded[ext_id].revision == revision
-    )
-
-
-def is_eligible(extension_id: str, grant: str) -> bool:
-    return bool(eligible_ids(grant, ids=[extension_id]))
 
 
 def enqueue(send: Callable[[], Any]) -> None:

@@ -2,11 +2,13 @@
 (the extension's function, in its own frame) or a prompt action (a submission into a named
 conversation, needs `send` too). Ids `ext:<extension>:<name>`.
 
-A run is one group-commit page: the job's row is locked (`FOR NO KEY UPDATE SKIP LOCKED`, so
-a job never runs twice at once and two beats never run one instant twice), its due instants are
-counted, the action runs in a savepoint frame, and the row's next instant, outcome and counters
-commit together with the action's effects. A crash rolls all of it back; the next sweep runs
-the instant again (within the grace) or counts it as missed.
+Beat's sweep hands each due job to a `run_job` task of its own (`jobs_dispatch_due`), so every
+job has its task's whole time limit. A run is one group-commit page: the job's row is locked
+(`FOR NO KEY UPDATE SKIP LOCKED`, so a job never runs twice at once and two beats never run one
+instant twice), its due instants are counted, the action runs in a savepoint frame, and the
+row's next instant, outcome and counters commit together with the action's effects. A crash
+rolls all of it back; the next sweep runs the instant again (within the grace) or counts it as
+missed.
 
 - **Missed runs**: instants older than `HOST_JOB_MISFIRE_GRACE_SECONDS` when the sweep sees
   them (the host or the extension was down) are counted (`missed_runs`, `last_missed_at`) and
@@ -43,9 +45,12 @@ from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import FrameOutcome, FramePage, HookContext, run_frame
 from extensions_host.runtime.stops import bounded_reason
+from extensions_host.runtime.transient import with_transient_retries
 from extensions_host.sdk import AdmissionError
 
 SWEEP_PAGE = 16
+# due jobs handed out to their own tasks per tick (beat's next tick hands out the rest)
+DISPATCH_PAGE = 256
 # iterating a cron expression over a long outage is bounded; past it the count is a floor
 COUNT_CAP = 100_000
 
@@ -132,22 +137,53 @@ def jobs_ensure(declared: dict[str, Declared]) -> None:
 # --- the sweep and one run -------------------------------------------------------------------
 
 
-def jobs_run_due(*, limit: int = SWEEP_PAGE) -> bool:
-    """Beat: run every due job of running, timer-granted extensions (and manual triggers).
-    Returns True when more may be due."""
+def jobs_due(*, limit: int, lock: bool = False) -> list[str]:
+    """Ids of the due jobs (a due instant or a manual trigger) of running, timer-granted
+    extensions, oldest first; new declarations get their row (first run: their next instant).
+    `lock` (inside a transaction): rows taken `FOR NO KEY UPDATE SKIP LOCKED`, so a job running
+    right now (its run holds its row) is left out."""
     running = set(eligible_ids("timers"))
     declared = {k: v for k, v in jobs_declared().items() if v.loaded.id in running}
     if not declared:
-        return False
+        return []
     jobs_ensure(declared)
     now = clock.now_ms()
     triggered = JobTrigger.objects.filter(job=OuterRef("pk"), not_before__lte=now)
-    due = list(
+    due = (
         JobState.objects.filter(pk__in=list(declared))
         .filter(Q(next_run_at__lte=now) | Exists(triggered))
         .order_by("next_run_at", "pk")
-        .values_list("pk", flat=True)[:limit]
     )
+    if lock:
+        due = due.select_for_update(no_key=True, skip_locked=True)
+    return list(due.values_list("pk", flat=True)[:limit])
+
+
+def jobs_dispatch_due(*, limit: int = DISPATCH_PAGE) -> list[str]:
+    """Beat's job sweep (the `run_jobs` task, every tick): hand each due job to a `run_job`
+    task of its own, after commit, and run none here. One task runs one job, so each job has
+    its task's whole time limit (one task running several jobs in a row would share one limit,
+    and hitting it inside a later job's frame would read as that job overrunning its
+    deadline). A job still due at the next tick (its task has not run yet) is handed out
+    again: `job_run` is safe against duplicate tasks (`busy` while one runs, `idle` after).
+    Returns the ids handed out; past `limit`, the next tick hands out the rest."""
+    from extensions_host.background import tasks
+
+    def step() -> list[str]:
+        with transaction.atomic(durable=True):
+            due = jobs_due(limit=limit, lock=True)
+            for jid in due:
+                enqueue(lambda jid=jid: tasks.run_job.delay(jid))
+            return due
+
+    return with_transient_retries(step)
+
+
+def jobs_run_due(*, limit: int = SWEEP_PAGE) -> bool:
+    """Run due jobs one after another in this process: the author harness
+    (`TestHost.run_jobs`) and tests, where no task time limit is shared. Celery never runs
+    this: its sweep is `jobs_dispatch_due`. Returns True when more may be due."""
+    due = jobs_due(limit=limit)
     for jid in due:
         job_run(job_id=jid)
     return len(due) == limit

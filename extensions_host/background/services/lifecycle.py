@@ -330,17 +330,6 @@ def lifecycle_fanout_kick() -> bool:
     return False
 
 
-def lifecycle_backlog() -> dict[str, Any]:
-    """Outbox figures: events not fanned out yet, pending deliveries per extension."""
-    unfanned = LifecycleEvent.objects.filter(
-        ~Exists(LifecycleFanout.objects.filter(event_id=OuterRef("pk")))
-    ).count()
-    per_extension: dict[str, int] = {}
-    for ext_id in LifecycleDelivery.objects.values_list("extension_id", flat=True):
-        per_extension[ext_id] = per_extension.get(ext_id, 0) + 1
-    return {"unfanned": unfanned, "pending": per_extension}
-
-
 def lifecycle_prune(*, older_than: dt.timedelta = dt.timedelta(hours=1), limit: int = 1000) -> int:
     """Delete outbox events fanned out more than `older_than` ago (host clock) and delivered to
     every subscriber (the hourly prune). Returns how many were deleted."""

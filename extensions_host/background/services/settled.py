@@ -244,14 +244,3 @@ def _enqueue(extension_ids: list[str]) -> list[str]:
     for extension_id in extension_ids:
         enqueue(lambda e=extension_id: tasks.deliver_settled.delay(e))
     return extension_ids
-
-
-def settled_consumers() -> list[dict[str, Any]]:
-    """Every consumer with its cursor and lag (for `GET /v1/meta` lag figures and metrics)."""
-    core = core_cursor()
-    return [
-        {"extension_id": extension_id, "cursor": position, "lag": max(core - position, 0)}
-        for extension_id, position in SettledCursor.objects.order_by("pk").values_list(
-            "pk", "position"
-        )
-    ]

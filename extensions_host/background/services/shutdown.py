@@ -5,18 +5,20 @@ stopped); a failure is logged, never a stop."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 from extensions_host import registry
-from extensions_host.background.services.common import eligible_ids
 from extensions_host.registry import LoadedExtension
-from extensions_host.runtime import HookContext, detached_context
 from extensions_host.runtime import deadlines as runtime_deadlines
-from extensions_host.runtime.current import Frame, HookDeadline
+from extensions_host.runtime import detached_context
+from extensions_host.runtime.current import PROCESS_EXIT
+from extensions_host.runtime.outside import bounded, outside_reason
+from extensions_host.runtime.stops import bounded_reason, deadline_reason
+from extensions_host.services.roster import eligible_ids
 
 shutdown_logger = logging.getLogger("extensions_host.background.shutdown")
+HOOK = "shutdown"
 
 
 def lifecycle_shutdown_all() -> dict[str, str]:
@@ -40,66 +42,21 @@ def lifecycle_shutdown_all() -> dict[str, str]:
 
 def _shutdown_one(loaded: LoadedExtension, fn: Any) -> str:
     limit = min(runtime_deadlines.default_deadline("worker"), loaded.definition.deadline_s or 30)
-    ctx = detached_context(extension_id=loaded.id, hook="shutdown")
+    ctx = detached_context(extension_id=loaded.id, hook=HOOK)
     if ctx is None:
         return "skipped"
-    grants = ctx.grants
-    # the frame object only arms the deadline alarm; it is never made current, so writes go
-    # through ctx.transact like any code outside a hook
-    alarm_frame = Frame(
-        extension_id=loaded.id,
-        revision=loaded.revision,
-        hook="shutdown",
-        mode="read",
-        grants=grants,
-        quotas={},
-        deadline_s=limit,
-    )
     started = time.monotonic()
     try:
-        if runtime_deadlines.alarm_usable():
-            with runtime_deadlines.alarm(alarm_frame, limit):
-                fn(ctx)
-        else:
-            _call_bounded(fn, ctx, limit)
-    except HookDeadline:
+        # off the main thread no alarm can interrupt it: a daemon thread is given up at the
+        # deadline (the process is exiting anyway)
+        bounded(loaded, HOOK, limit, lambda: fn(ctx), abandon=True)
+    except PROCESS_EXIT:
+        raise  # the process is told to exit now: the other hooks are not waited for
+    except BaseException as exc:
+        reason = outside_reason(HOOK, exc, started=started, limit=limit)
         shutdown_logger.error(
             "extension_shutdown_failed",
-            extra={"extension_id": loaded.id, "reason": "shutdown exceeded its deadline"},
+            extra={"extension_id": loaded.id, "reason": bounded_reason(reason, loaded.id)},
         )
-        return "timeout"
-    except Exception as exc:
-        shutdown_logger.error(
-            "extension_shutdown_failed",
-            extra={"extension_id": loaded.id, "reason": f"shutdown defect: {exc}"},
-        )
-        return "failed"
-    finally:
-        alarm_frame.open = False
-    if time.monotonic() - started > limit:
-        shutdown_logger.error(
-            "extension_shutdown_failed",
-            extra={"extension_id": loaded.id, "reason": "shutdown exceeded its deadline"},
-        )
-        return "timeout"
+        return "timeout" if reason == deadline_reason(HOOK) else "failed"
     return "ok"
-
-
-def _call_bounded(fn: Any, ctx: HookContext, limit: float) -> None:
-    """Off the main thread no alarm can interrupt the hook: run it in a daemon thread and stop
-    waiting at the deadline (the process is exiting anyway)."""
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn(ctx)
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=target, name=f"shutdown-{ctx.extension_id}", daemon=True)
-    thread.start()
-    thread.join(limit)
-    if thread.is_alive():
-        raise HookDeadline("shutdown exceeded its deadline")
-    if failure:
-        raise failure[0]

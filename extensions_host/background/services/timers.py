@@ -409,14 +409,3 @@ def _quotas(extension_id: str) -> dict[str, int]:
     return (
         RosterEntry.objects.filter(pk=extension_id).values_list("quotas", flat=True).first() or {}
     )
-
-
-def timers_backlog() -> dict[str, Any]:
-    """Host-wide due-timer backlog and the age of the oldest due timer (meta, metrics)."""
-    now = clock.now_ms()
-    due = Timer.objects.filter(fire_at__lte=now)
-    oldest = due.order_by("fire_at").values_list("fire_at", flat=True).first()
-    return {
-        "due": due.count(),
-        "oldest_due_age_ms": None if oldest is None else now - oldest,
-    }

@@ -25,7 +25,6 @@ A run that kills its process (segfault, `os._exit`, out of memory) never reaches
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import time
 import uuid
 from hashlib import sha256
@@ -42,11 +41,11 @@ from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.runtime import deadlines as runtime_deadlines
 from extensions_host.runtime import detached_context, extension_stop
 from extensions_host.runtime.crashes import crashed_reason, delivery_counted
-from extensions_host.runtime.current import Frame, HookDeadline
+from extensions_host.runtime.current import PROCESS_EXIT
 from extensions_host.runtime.frames import activate_outside
+from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
-from extensions_host.sdk import ExtensionStop
 
 # a run whose process died is given up (and the worker runnable again) this long after its
 # deadline
@@ -210,43 +209,20 @@ def _record_dead_run(row: WorkerState, now: int) -> None:
 
 
 def _invoke(loaded: Any, worker: Worker, wake: WorkerWake, limit: float) -> str | None:
-    """Call `run(ctx, wake)` outside any transaction; returns the failure reason or None."""
+    """Call `run(ctx, wake)` outside any transaction; returns the failure reason or None. A
+    failure is recorded, not a stop (a defect inside its `ctx.transact` already stopped the
+    extension there)."""
     hook = worker_hook(worker.name)
     ctx = detached_context(extension_id=loaded.id, hook=hook)
     if ctx is None:
         return f"{hook}: extension is not installed here"
-    grants = ctx.grants
-    # only arms the deadline alarm; never made current (the run is outside any frame)
-    alarm_frame = Frame(
-        extension_id=loaded.id,
-        revision=loaded.revision,
-        hook=hook,
-        mode="read",
-        grants=grants,
-        quotas={},
-        deadline_s=limit,
-    )
     started = time.monotonic()
     try:
-        with runtime_deadlines.alarm(alarm_frame, limit):
-            result = worker.run(ctx, wake)
-        if inspect.isawaitable(result):
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()
-            return f"{hook} crossed an asynchronous boundary"
-    except HookDeadline:
-        return f"{hook} exceeded its deadline"
-    except ExtensionStop as exc:
-        return f"{hook}: {exc.reason}"
-    except Exception as exc:
-        if type(exc).__name__ == "SoftTimeLimitExceeded":  # Celery's backstop
-            return f"{hook} exceeded its deadline"
-        return f"{hook} defect: {exc or type(exc).__name__}"
-    finally:
-        alarm_frame.open = False
-    if time.monotonic() - started > limit:
-        return f"{hook} exceeded its deadline"
+        bounded(loaded, hook, limit, lambda: worker.run(ctx, wake))
+    except PROCESS_EXIT:
+        raise  # the process is told to exit: the run is recorded by the task's redelivery
+    except BaseException as exc:
+        return outside_reason(hook, exc, started=started, limit=limit)
     return None
 
 

@@ -39,6 +39,7 @@ from core.errors import HostError
 from core.services import audit_record
 from extensions_host.runtime import current_frame, deadlines
 from extensions_host.sdk import AdmissionError, Caller, StateError
+from extensions_host.services.roster import extension_user, service_username
 
 if TYPE_CHECKING:
     from extensions_host.runtime.context import HookContext
@@ -84,7 +85,7 @@ class _Area:
 
     def _audit(self, action: str, target: str = "", **detail: Any) -> None:
         audit_record(
-            actor=f"ext:{self._ctx.extension_id}",
+            actor=service_username(self._ctx.extension_id),
             action=f"host.{action}",
             target=target,
             detail=detail,
@@ -101,18 +102,6 @@ class _Area:
             service=False,
             method="extension",
         )
-
-    def _service_user(self) -> Any:
-        from extensions_host.services.roster import service_username
-
-        user_model = get_user_model()
-        username = service_username(self._ctx.extension_id)
-        user = user_model.objects.filter(username=username).first()
-        if user is None:
-            user = user_model(username=username, first_name=f"Extension {username[4:]}"[:150])
-            user.set_unusable_password()
-            user.save()
-        return user
 
     def _user(self, username: Any) -> Any:
         if not isinstance(username, str) or not 1 <= len(username) <= 150:
@@ -153,8 +142,8 @@ class HostConversations(_Area):
         """Create a conversation owned by `owner` (a username; default the extension's own
         user); returns its id. Idempotent on a chosen `id` for the same owner."""
         self._require("send")
-        user = self._user(owner) if owner is not None else self._service_user()
-        source = source or f"ext:{self._ctx.extension_id}"
+        user = self._user(owner) if owner is not None else extension_user(self._ctx.extension_id)
+        source = source or service_username(self._ctx.extension_id)
         self._throttle()
         try:
             if self._in_own_frame():
@@ -229,7 +218,7 @@ class HostConversations(_Area):
         self._require("host")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_MAX:
             raise AdmissionError("invalid", MSG_LIST_LIMIT)
-        principal = self._principal(self._service_user())
+        principal = self._principal(extension_user(self._ctx.extension_id))
         rows = conversation_selectors.conversations_list(
             principal=principal, owner=owner, archived=archived
         ).order_by("-last_activity_at", "id")[:limit]
@@ -291,13 +280,13 @@ class HostConversations(_Area):
             time.sleep(min(interval, left))
 
     def _conversation(self, conversation_id: str) -> Conversation:
-        principal = self._principal(self._service_user())
+        principal = self._principal(extension_user(self._ctx.extension_id))
         return conversation_selectors.conversation_get(
             principal=principal, conversation_id=conversation_id
         )
 
     def _view(self, conversation_id: str) -> dict[str, Any]:
-        principal = self._principal(self._service_user())
+        principal = self._principal(extension_user(self._ctx.extension_id))
         try:
             viewed = conversation_selectors.conversation_view(
                 principal=principal, conversation_id=conversation_id

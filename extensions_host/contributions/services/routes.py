@@ -26,10 +26,11 @@ from core.errors import (
 )
 from extensions_host import registry
 from extensions_host.contributions.loading import route_prefix
-from extensions_host.contributions.outside import deadline_for, extension_available, run_outside
+from extensions_host.contributions.outside import extension_available, run_outside
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import InvalidResult, detached_context
+from extensions_host.runtime.frames import hook_deadline
 from extensions_host.runtime.hooks import encode_json
 from extensions_host.sdk import Caller, Route
 
@@ -135,7 +136,7 @@ def route_dispatch(
             raise InvalidResult(MSG_RESULT_INVALID) from exc
 
     return run_outside(
-        loaded=loaded, hook=hook, limit=deadline_for(row, loaded, route.deadline_s), call=call
+        loaded=loaded, hook=hook, limit=hook_deadline(row, loaded, route.deadline_s), call=call
     )
 
 

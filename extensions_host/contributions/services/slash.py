@@ -18,8 +18,9 @@ from conversations.services import conversation_fork, conversation_update
 from core.auth import Principal
 from core.errors import HostError
 from extensions_host import registry
-from extensions_host.contributions.outside import deadline_for, extension_available, run_outside
+from extensions_host.contributions.outside import extension_available, run_outside
 from extensions_host.runtime import InvalidResult, detached_context
+from extensions_host.runtime.frames import hook_deadline
 from extensions_host.sdk import Caller, SlashCommand, SlashInvocation
 from extensions_host.services.roster import extensions_running_with
 
@@ -113,7 +114,7 @@ def slash_command_run(
         return _result(result)
 
     return run_outside(
-        loaded=loaded, hook=hook, limit=deadline_for(row, loaded, command.deadline_s), call=call
+        loaded=loaded, hook=hook, limit=hook_deadline(row, loaded, command.deadline_s), call=call
     )
 
 

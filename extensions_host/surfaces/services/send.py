@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from pydantic import ValidationError
@@ -26,6 +25,7 @@ from conversations.services import (
 from core import clock
 from core.errors import HostError
 from extensions_host.sdk import AdmissionError
+from extensions_host.services.roster import extension_user, service_username
 from extensions_host.surfaces.rates import parse_rate
 from extensions_host.surfaces.services.common import conversation_id_valid
 from extensions_host.surfaces.types import (
@@ -114,9 +114,9 @@ def send_admit(
                 if require_existing_conversation:
                     raise AdmissionError("invalid", MSG_CONVERSATION_MISSING)
                 conversation_ensure(
-                    owner=_service_user(extension_id),
+                    owner=extension_user(extension_id),
                     conversation_id=conversation_id,
-                    source=f"ext:{extension_id}",
+                    source=service_username(extension_id),
                 )
             admission = submission_admit(
                 conversation_id=conversation_id,
@@ -153,16 +153,3 @@ def _admission_error(exc: HostError) -> AdmissionError:
     if exc.cause == "closed":
         return AdmissionError("closed", exc.message)
     return AdmissionError("invalid", exc.message)
-
-
-def _service_user(extension_id: str) -> Any:
-    """The extension's own user `ext:<id>` (created by `sync_roster`; created here too if an
-    older roster predates it): the owner of conversations it creates."""
-    user_model = get_user_model()
-    username = f"ext:{extension_id}"
-    user = user_model.objects.filter(username=username).first()
-    if user is None:
-        user = user_model(username=username, first_name=f"Extension {extension_id}"[:150])
-        user.set_unusable_password()
-        user.save()
-    return user
