@@ -268,7 +268,8 @@ SPECTACULAR_SETTINGS = {
 # Embedded default: the filesystem broker (one machine; polls about once a second; no
 # redelivery of a task whose worker crashed). Redis or RabbitMQ give every guarantee.
 # Every process makes the broker's folders itself, so `migrate` + `runserver` work without
-# `bootstrap`; a missing folder would fail every enqueue after commit.
+# `bootstrap`; a missing folder would fail every enqueue after commit. The (empty) static root
+# too: whitenoise warns on every start without it, and only production runs `collectstatic`.
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
@@ -281,8 +282,9 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
-    for _folder in ("queue", "processed", "control"):
-        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+    for _folder in (_broker_dir / "queue", _broker_dir / "processed", _broker_dir / "control"):
+        _folder.mkdir(parents=True, exist_ok=True)
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 elif CELERY_BROKER_URL.startswith("redis"):
     # Precise timer wakes are scheduled at most HOST_WAKE_HORIZON_SECONDS ahead; the visibility
     # timeout must stay well above that so an eta task is never redelivered early.

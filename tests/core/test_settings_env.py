@@ -308,6 +308,7 @@ def test_the_filesystem_broker_reserves_enough_tasks_and_makes_its_folders(proje
     done = python(project, WORKER)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["16", "30.0", "control,processed,queue"]
+    assert (project / "var" / "static").is_dir()  # no whitenoise warning on start
 
 
 def test_a_real_broker_reserves_one_task_per_process_and_stale_sweeps_expire(project):
