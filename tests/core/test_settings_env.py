@@ -27,6 +27,9 @@ PRODUCTION_REQUIRED = {
     "ALLOWED_HOSTS": "hyphae.example.com",
 }
 
+# the keys production defaults only where neither the environment nor `.env` sets them
+PRODUCTION_DEFAULTED = ("HOST_AUTO_ADMIT", "AGENT_RUNTIME", "LOG_JSON")
+
 SHOW = """
 import json
 from django.conf import settings
@@ -97,9 +100,7 @@ def test_production_keeps_dotenv_values_of_the_keys_it_defaults(project):
     overrides = {"HOST_AUTO_ADMIT": "true", "AGENT_RUNTIME": "echo", "LOG_JSON": "false"}
     values = show(
         project,
-        "HOST_AUTO_ADMIT",
-        "AGENT_RUNTIME",
-        "LOG_JSON",
+        *PRODUCTION_DEFAULTED,
         module="config.settings.production",
         dotenv=dotenv(PRODUCTION_REQUIRED | overrides),
     )
@@ -109,9 +110,7 @@ def test_production_keeps_dotenv_values_of_the_keys_it_defaults(project):
 def test_production_defaults_apply_when_neither_the_environment_nor_dotenv_sets_them(project):
     values = show(
         project,
-        "HOST_AUTO_ADMIT",
-        "AGENT_RUNTIME",
-        "LOG_JSON",
+        *PRODUCTION_DEFAULTED,
         module="config.settings.production",
         dotenv=dotenv(PRODUCTION_REQUIRED),
     )
