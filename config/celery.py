@@ -75,6 +75,13 @@ def beat_schedule(*, tick: float) -> dict[str, dict]:
             "schedule": tick,
             "options": fast,
         },
+        # Idle workers' pending wakes that no run will take (a lost task, a run whose process
+        # died and whose lease ran out, a grant admitted again): each wake brings its own task,
+        # so this is only a safety net, at the lease sweep's pace.
+        "wake-workers": {
+            "task": "extensions_host.background.tasks.workers_sweep",
+            "schedule": 30.0,
+        },
         # Run due extension jobs (and manual triggers).
         "run-jobs": {
             "task": "extensions_host.background.tasks.run_jobs",

@@ -3,13 +3,15 @@ validate, call one service or selector, serialise."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api_base import StrictSerializer
+from core.api_base import ListQuerySerializer, RowsPagination, StrictSerializer, paginated
 from core.auth import principal_of
 from core.permissions import Admin, Authenticated
 from core.schema import error_responses
@@ -35,8 +37,12 @@ class JobSerializer(serializers.Serializer):
     overlap_skips = serializers.IntegerField()
 
 
-class JobListSerializer(serializers.Serializer):
-    results = JobSerializer(many=True)
+JobPage = paginated(JobSerializer, "JobPage")
+
+
+class JobPagination(RowsPagination):
+    def position_of(self, row: dict[str, Any]) -> str:
+        return row["id"]  # `ext:<extension>:<name>`: unique, and the order of `jobs_list`
 
 
 class JobListApi(APIView):
@@ -44,11 +50,16 @@ class JobListApi(APIView):
 
     @extend_schema(
         operation_id="jobs_list",
-        summary="Declared jobs with next and last run, outcome and missed runs",
-        responses={200: JobListSerializer, **error_responses(401)},
+        summary="Declared jobs with next and last run, outcome and missed runs, by id",
+        parameters=[ListQuerySerializer],
+        responses={200: JobPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        return Response(JobListSerializer({"results": jobs_list()}).data)
+        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
+        paginator = JobPagination()
+        page = paginator.paginate_rows(jobs_list(), request, view=self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 
 
 class JobTriggerApi(APIView):
@@ -65,7 +76,7 @@ class JobTriggerApi(APIView):
         operation_id="jobs_trigger",
         summary="Run a job now (admin); the run respects the job's overlap rule",
         request=None,
-        responses={202: OutputSerializer, **error_responses(400, 401, 403, 404, 409)},
+        responses={202: OutputSerializer, **error_responses(400, 401, 403, 404, 503)},
     )
     def post(self, request: Request, job_id: str) -> Response:
         self.InputSerializer(data=request.data or {}).is_valid(raise_exception=True)

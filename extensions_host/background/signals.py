@@ -4,6 +4,8 @@
 - `settled` and `timers` sections of `GET /v1/extensions/{id}` (`selectors.detail_sections`);
 - after a resume: a timer wake, settled replay, lifecycle replay, pending worker wakes
   (`services.roster.resume_listeners`);
+- after a grant change: pending worker wakes (`services.roster.grant_listeners`: a wake that
+  waited for its `lifecycle` grant runs when the grant is admitted again);
 - after an outbox event commits: the lifecycle fan-out (`post_save` of `LifecycleEvent`: core
   cannot import this app, so the trigger is a signal that only schedules an after-commit kick);
 - Celery's `worker_shutdown`: the extensions' `shutdown` hooks (direct, best-effort).
@@ -31,6 +33,8 @@ def connect() -> None:
     selectors.detail_sections["timers"] = _timers_section
     if on_resume not in roster.resume_listeners:
         roster.resume_listeners.append(on_resume)
+    if on_grants_changed not in roster.grant_listeners:
+        roster.grant_listeners.append(on_grants_changed)
     post_save.connect(_outbox_saved, sender=LifecycleEvent, dispatch_uid="background-outbox")
     worker_shutdown.connect(_worker_shutdown, dispatch_uid="background-shutdown", weak=False)
 
@@ -54,29 +58,33 @@ def _timers_section(row: Any) -> dict[str, Any] | None:
 def on_resume(extension_id: str) -> None:
     """After a resume commits: the extension's timers count for the wake again, and its
     settled runs, lifecycle events and worker wakes are replayed from where it stopped."""
-    from extensions_host.background import tasks
-    from extensions_host.background.models import WorkerState
-    from extensions_host.background.services.common import enqueue
     from extensions_host.background.services.lifecycle import lifecycle_kick
     from extensions_host.background.services.settled import settled_notify_extension
     from extensions_host.background.services.wake import timer_wake_for_extension
+    from extensions_host.background.services.workers import workers_wake_pending
 
     steps = (
         lambda: timer_wake_for_extension(extension_id),
         lambda: settled_notify_extension(extension_id),
         lambda: lifecycle_kick([extension_id]),
-        lambda: [
-            enqueue(lambda n=name: tasks.run_worker.delay(extension_id, n))
-            for name in WorkerState.objects.filter(
-                extension_id=extension_id, pending_wake__isnull=False
-            ).values_list("name", flat=True)
-        ],
+        lambda: workers_wake_pending(extension_ids=[extension_id]),
     )
     for step in steps:
         try:
             step()
         except Exception:  # the resume has committed; beat replays within a tick anyway
             logger.exception("after-resume background step failed for %s", extension_id)
+
+
+def on_grants_changed(extension_id: str) -> None:
+    """After a grant change commits: pending worker wakes run if `lifecycle` is admitted (the
+    other channels catch up on beat's next tick)."""
+    from extensions_host.background.services.workers import workers_wake_pending
+
+    try:
+        workers_wake_pending(extension_ids=[extension_id])
+    except Exception:  # the change has committed; beat's worker sweep is the safety net
+        logger.exception("after-grant-change worker wakes failed for %s", extension_id)
 
 
 def _outbox_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:

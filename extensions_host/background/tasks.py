@@ -111,6 +111,15 @@ def run_worker(extension_id: str, name: str) -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
+def workers_sweep(after: int = 0) -> None:
+    """Beat's safety net for idle workers: a run for each pending wake no run will take (its
+    task was lost, its run's process died, its grant came back); a page per call."""
+    last = workers.workers_wake_pending(after=after)
+    if last is not None:
+        _again(lambda: workers_sweep.delay(last))
+
+
+@shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
 def run_jobs() -> None:
     """Hand each due job to its own `run_job` task (beat every tick); runs none itself."""
     jobs.jobs_dispatch_due()

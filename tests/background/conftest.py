@@ -67,6 +67,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
         "deliver_lifecycle",
         "lifecycle_fanout",
         "run_worker",
+        "workers_sweep",
         "run_job",
         "run_jobs",
         "detect_idle",

@@ -13,6 +13,7 @@ from extensions_host.background.models import JobState, JobTrigger
 from extensions_host.background.services.jobs import (
     instants_between,
     job_run,
+    job_trigger,
     jobs_list,
     jobs_run_due,
     next_after,
@@ -20,6 +21,7 @@ from extensions_host.background.services.jobs import (
 from extensions_host.contributions.models import Notification
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.sdk import CommandError, DefinitionError, Retry
+from extensions_host.services.errors import MSG_UNAVAILABLE, stopped_message
 
 from .conftest import resume, roster
 from .exts import Effect, make_ext
@@ -160,6 +162,109 @@ def test_buffer_one_runs_once_right_after_an_overlapping_run(install, fake_clock
     assert state().overlap_skips == 1
 
 
+def test_buffer_one_runs_the_buffered_instant_even_when_the_run_outlasted_the_grace(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 60
+    runs = Runs(fake_clock, advance_ms=170_000)  # longer than the period and the grace
+    install(job_ext(runs, every_seconds=100, overlap="buffer_one", deadline_s=300))
+    jobs_run_due()
+    first = state().next_run_at
+
+    fake_clock.set(first)
+    jobs_run_due()  # first + 100 s comes due during the run, 70 s before it ends
+    runs.advance_ms = 0
+    jobs_run_due()
+
+    assert runs.instants == [first, first + 100_000]  # run once right after, not a misfire
+    assert (state().missed_runs, state().overlap_skips) == (0, 0)
+    assert state().next_run_at == first + 200_000
+
+
+def test_a_buffered_instant_is_a_misfire_when_the_host_was_down_after_the_run(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 60
+    runs = Runs(fake_clock, advance_ms=170_000)
+    install(job_ext(runs, every_seconds=200, overlap="buffer_one", deadline_s=300))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first + 50_000)  # a late start: first + 200 s comes due during the run
+    jobs_run_due()
+    runs.advance_ms = 0
+
+    fake_clock.set(first + 220_000 + 61_000)  # back 61 s after the run ended
+    jobs_run_due()
+
+    assert runs.instants == [first]
+    assert (state().missed_runs, state().last_missed_at) == (1, first + 200_000)
+    assert state().next_run_at == first + 400_000
+
+
+def test_a_retry_due_with_a_scheduled_instant_runs_and_the_instant_runs_on_the_next_sweep(
+    install, fake_clock, sent
+):
+    runs = Runs()
+    runs.fail = Retry(10, "later")  # re-offered exactly at the next instant
+    install(job_ext(runs))  # every 10 s
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first)
+    assert job_run(job_id=JOB) == "retry"
+    runs.fail = None
+
+    fake_clock.set(first + 10_000)  # the retry of `first` and the instant first + 10 s
+    assert job_run(job_id=JOB) == "ok"
+    assert runs.instants == [first]
+    assert state().next_run_at == first + 10_000  # still due, never moved silently
+    assert jobs_run_due() is False  # the next sweep
+    fake_clock.set(first + 20_000)
+    jobs_run_due()
+
+    assert runs.instants == [first, first + 10_000, first + 20_000]
+    assert (state().missed_runs, state().overlap_skips, state().runs) == (0, 0, 3)
+
+
+def test_a_manual_trigger_due_with_a_scheduled_instant_leaves_the_instant_due(
+    install, fake_clock, sent
+):
+    runs = Runs()
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first - 5)
+    job_trigger(job_id=JOB, actor="staff")
+
+    fake_clock.set(first)
+    jobs_run_due()
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [(first, True)]
+    jobs_run_due()
+
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [(first, True), (first, False)]
+    assert state().missed_runs == 0
+    assert state().next_run_at == first + 10_000
+
+
+def test_an_instant_held_behind_a_trigger_past_the_grace_is_counted_as_missed(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
+    runs = Runs(fake_clock, advance_ms=5_000)  # the manual run takes 5 s
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    job_trigger(job_id=JOB, actor="staff")
+
+    fake_clock.set(first)
+    jobs_run_due()
+    runs.advance_ms = 0
+    jobs_run_due()  # `first` is 5 s old now: a misfire, counted
+
+    assert [r.manual for r in runs.runs] == [True]
+    assert (state().missed_runs, state().last_missed_at) == (1, first)
+    assert state().next_run_at == first + 10_000
+
+
 def test_a_manual_trigger_runs_the_job_now(install, fake_clock, sent, api, staff):
     runs = Runs()
     install(job_ext(runs))
@@ -183,12 +288,24 @@ def test_manual_trigger_needs_an_admin_a_known_job_and_a_running_extension(
     assert api(owner).post(f"/v1/jobs/{JOB}/trigger").status_code == 403
     missing = api(staff).post("/v1/jobs/ext:alpha:nope/trigger")
     assert (missing.status_code, missing.json()["error"]["cause"]) == (404, "not_found")
-    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED)
+    # like its commands (spec 07: a stopped extension is 503 `unavailable`)
+    RosterEntry.objects.filter(pk="alpha").update(admitted_grants=["state"])
+    ungranted = api(staff).post(f"/v1/jobs/{JOB}/trigger")
+    assert (ungranted.status_code, ungranted.json()["error"]) == (
+        503,
+        {"category": "extensions", "cause": "unavailable", "message": MSG_UNAVAILABLE},
+    )
+    RosterEntry.objects.filter(pk="alpha").update(
+        admitted_grants=["state", "timers"],
+        status=ExtensionStatus.STOPPED,
+        reason="job tick defect",
+    )
     stopped = api(staff).post(f"/v1/jobs/{JOB}/trigger")
     assert (stopped.status_code, stopped.json()["error"]["message"]) == (
-        409,
-        "Extension is not running",
+        503,
+        stopped_message("alpha", "job tick defect"),
     )
+    assert not JobTrigger.objects.exists()
 
 
 def test_the_jobs_list_shows_schedule_next_and_last_run_and_outcome(

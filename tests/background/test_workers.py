@@ -11,6 +11,7 @@ import pytest
 from core.services import lifecycle_record
 from extensions_host.background.declarations import Worker, WorkerWake, add_worker
 from extensions_host.background.models import WorkerState
+from extensions_host.background.services import workers as workers_service
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver_all,
     lifecycle_fanout_all,
@@ -19,14 +20,16 @@ from extensions_host.background.services.workers import (
     worker_run,
     worker_wake,
     workers_summary,
+    workers_wake_pending,
 )
 from extensions_host.contributions.models import Notification
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame
 from extensions_host.sdk import DefinitionError, ExtensionStop, StateError
+from extensions_host.services.roster import extension_admit_grants
 
 from .conftest import resume, roster
-from .exts import Effect, effects, make_ext
+from .exts import GRANTS, Effect, effects, make_ext
 
 
 def with_worker(run: Any, *, wake_on: tuple[str, ...] = ("conversation_archived",), **kw: Any):
@@ -217,6 +220,94 @@ def test_one_run_at_a_time_a_crashed_runs_lease_expires(install, sent, fake_cloc
     assert worker_run(extension_id="alpha", name="tidy") == "busy"
     fake_clock.advance(seconds=62)
     assert worker_run(extension_id="alpha", name="tidy") == "ok"
+
+
+def test_beats_worker_sweep_runs_a_pending_wake_whose_task_was_lost(
+    install, sent, django_capture_on_commit_callbacks
+):
+    from config.celery import beat_schedule
+    from extensions_host.background import tasks
+
+    runs: list[str] = []
+    install(with_worker(lambda ctx, wake: runs.append(wake.conversation_id)))
+    # its run task is never sent (the test's transaction never commits): as if the broker lost it
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.workers_sweep()
+
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert runs == ["c"]
+    assert beat_schedule(tick=1.0)["wake-workers"]["task"] == tasks.workers_sweep.name
+
+
+def test_the_worker_sweep_leaves_a_wake_to_a_live_run_and_to_a_stopped_extensions_resume(
+    install, sent, fake_clock, django_capture_on_commit_callbacks
+):
+    install(with_worker(lambda ctx, wake: None, deadline_s=1))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    WorkerState.objects.filter(extension_id="alpha").update(
+        running_token="live", running_until=fake_clock.now_ms() + 61_000
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_wake_pending()
+    assert sent.of("run_worker") == []  # the run in flight takes it when it finishes
+
+    fake_clock.advance(seconds=62)  # that run's process died: its lease ran out
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_wake_pending()
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+
+    sent.clear()
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_wake_pending()
+    assert sent.of("run_worker") == []
+
+
+def test_the_worker_sweep_takes_a_page_per_call_and_re_enqueues_itself_for_the_rest(
+    install, sent, monkeypatch, django_capture_on_commit_callbacks
+):
+    from extensions_host.background import tasks
+
+    ext = with_worker(lambda ctx, wake: None)
+    add_worker(ext, Worker("file", wake_on=["conversation_archived"], run=lambda ctx, wake: None))
+    install(ext)
+    for name in ("tidy", "file"):
+        worker_wake(extension_id="alpha", name=name, wake=WorkerWake("conversation_archived", "c"))
+    tidy, file = (WorkerState.objects.get(name=n).pk for n in ("tidy", "file"))
+    monkeypatch.setattr(workers_service, "SWEEP_PAGE", 1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.workers_sweep()
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+    assert [args for args, _ in sent.of("workers_sweep")] == [(tidy,)]
+
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.workers_sweep(tidy)
+        tasks.workers_sweep(file)  # the full page's follow-up finds nothing more
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "file")]
+    assert [args for args, _ in sent.of("workers_sweep")] == [(file,)]
+
+
+def test_a_pending_wake_runs_when_its_grant_is_admitted_again(
+    install, sent, django_capture_on_commit_callbacks
+):
+    runs: list[str] = []
+    install(with_worker(lambda ctx, wake: runs.append(wake.conversation_id)))
+    extension_admit_grants(extension_id="alpha", grants=["state"], actor="staff")
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    assert worker_run(extension_id="alpha", name="tidy") == "skipped"  # the wake waits
+
+    with django_capture_on_commit_callbacks(execute=True):
+        extension_admit_grants(extension_id="alpha", grants=sorted(GRANTS), actor="staff")
+
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert runs == ["c"]
 
 
 def test_workers_are_listed_with_their_last_run_and_outcome(install, sent):

@@ -15,7 +15,10 @@ missed.
   skipped, or run once (`catch_up="once"`). `next_run_at` never moves past an instant without
   counting it.
 - **Overlap**: instants that came due while the job ran are skipped and counted
-  (`overlap="skip"`, default) or run once right after (`buffer_one`).
+  (`overlap="skip"`, default) or run once right after (`buffer_one`: the latest of them, whose
+  grace counts from the end of the run it waited for).
+- **Triggers** (a manual run, a `Retry`'s re-offer) take the next run; a scheduled instant due
+  at the same time stays due and runs on the next sweep (or is counted, past the grace).
 - A failed run (a typed error, a defect, a refused prompt) records the outcome and emits a
   `job.failed` notification; a defect also stops the extension (frame rules); `Retry` re-offers
   the run after its delay (bounded like every retry).
@@ -42,6 +45,7 @@ from extensions_host.background.declarations import Job, JobRun, PromptAction, j
 from extensions_host.background.models import JobState, JobTrigger, Outcome
 from extensions_host.background.services.common import eligible_ids, enqueue, page_with_retries
 from extensions_host.background.services.notifications import job_failed_notify
+from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import FrameOutcome, FramePage, HookContext, run_frame
 from extensions_host.runtime.stops import bounded_reason
@@ -55,7 +59,6 @@ DISPATCH_PAGE = 256
 COUNT_CAP = 100_000
 
 MSG_JOB_NOT_FOUND = "Job not found"
-MSG_EXTENSION_STOPPED = "Extension is not running"
 MSG_NOT_GRANTED_SEND = "Extension is not granted send"
 
 
@@ -227,39 +230,52 @@ def _run_locked(page: FramePage, declared: Declared) -> str:
     )
     if count == 0 and not triggers:
         return "idle"
-    grace = settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
-    latest_in_grace = last is not None and now - last <= grace
-    missed = max(count - 1, 0) + (1 if last is not None and not latest_in_grace else 0)
-    if missed:
-        row.missed_runs += missed
-        row.last_missed_at = last if not latest_in_grace else _previous(job, last, row)
     run: JobRun | None = None
     attempt = 0
+    # A trigger takes this run; scheduled instants that are due too stay due (`next_run_at`
+    # unmoved): the next sweep runs or counts them by the rules below, never drops them.
+    held = bool(triggers) and count > 0
     if triggers:
-        retry = next((t for t in triggers if t.scheduled_for is not None), None)
-        manual = any(t.scheduled_for is None for t in triggers)
-        scheduled = retry.scheduled_for if retry is not None and not manual else now
-        attempt = max(t.retry_attempt for t in triggers)
-        run = JobRun(
-            job_id=row.pk,
-            scheduled_for=scheduled or now,
-            fired_at=now,
-            manual=manual,
-            missed_runs=missed,
-        )
-    elif last is not None and (latest_in_grace or job.catch_up == "once"):
-        run = JobRun(job_id=row.pk, scheduled_for=last, fired_at=now, missed_runs=missed)
-    next_run = next_after(job, now)
+        run, attempt = _trigger_run(row, triggers, now)
+    elif last is not None:
+        grace = settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
+        latest_in_grace = now - _grace_start(row, job, last) <= grace
+        missed = count - 1 + (0 if latest_in_grace else 1)
+        if missed:
+            row.missed_runs += missed
+            row.last_missed_at = last if not latest_in_grace else _previous(job, last, row)
+        if latest_in_grace or job.catch_up == "once":
+            run = JobRun(job_id=row.pk, scheduled_for=last, fired_at=now, missed_runs=missed)
     status = "idle"
     if run is not None:
         outcome = _run_action(page, declared, run, attempt)
         status = _record(row, declared, run, outcome, now, attempt)
-        next_run = _after_overlap(row, job, now, next_run)
     if triggers:
         JobTrigger.objects.filter(pk__in=[t.pk for t in triggers]).delete()
-    row.next_run_at = next_run
+    if not held:
+        next_run = next_after(job, now)
+        row.next_run_at = _after_overlap(row, job, now, next_run) if run is not None else next_run
     row.save()
     return status
+
+
+def _trigger_run(row: JobState, triggers: list[JobTrigger], now: int) -> tuple[JobRun, int]:
+    """The run the due triggers ask for (they coalesce into one): a manual run now, else the
+    retry of the instant it re-offers; and its retry attempt."""
+    retry = next((t for t in triggers if t.scheduled_for is not None), None)
+    manual = any(t.scheduled_for is None for t in triggers)
+    scheduled = retry.scheduled_for if retry is not None and not manual else now
+    run = JobRun(job_id=row.pk, scheduled_for=scheduled or now, fired_at=now, manual=manual)
+    return run, max(t.retry_attempt for t in triggers)
+
+
+def _grace_start(row: JobState, job: Job, instant: int) -> int:
+    """When an instant's misfire grace starts: when it came due, or for a `buffer_one` job's
+    buffered instant (due before the job's last run ended) at that run's end: it waited for
+    the run, not for a host that was down, and runs once right after however long that took."""
+    if job.overlap != "buffer_one" or row.last_run_at is None:
+        return instant
+    return max(instant, row.last_run_at + (row.last_duration_ms or 0))
 
 
 def _previous(job: Job, last: int, row: JobState) -> int | None:
@@ -279,7 +295,7 @@ def _after_overlap(row: JobState, job: Job, started: int, next_run: int) -> int:
     if job.overlap == "buffer_one":
         row.overlap_skips += count - 1
         assert last is not None
-        return last  # due now: the next sweep runs it once
+        return last  # due now: the next sweep runs it once (`_grace_start`)
     row.overlap_skips += count
     return next_after(job, finished)
 
@@ -382,12 +398,12 @@ def _record(
 
 def job_trigger(*, job_id: str, actor: str) -> JobTrigger:
     """Staff run a job now (admin action, `POST /v1/jobs/{id}/trigger`). The run respects the
-    overlap rule: while the job runs, the trigger waits for it."""
+    overlap rule: while the job runs, the trigger waits for it. A job of an extension that may
+    not run it now is 503 `extensions/unavailable`, as its commands are (stopped: the reason)."""
     declared = jobs_declared().get(job_id)
     if declared is None:
         raise HostError("store", "not_found", MSG_JOB_NOT_FOUND)
-    if not eligible_ids("timers", ids=[declared.loaded.id]):
-        raise HostError("contract", "conflict", MSG_EXTENSION_STOPPED)
+    extension_available(extension_id=declared.loaded.id, grant="timers")
     jobs_ensure({job_id: declared})
     with transaction.atomic(durable=True):
         trigger = JobTrigger.objects.create(job_id=job_id, actor=actor, not_before=clock.now_ms())

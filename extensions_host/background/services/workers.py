@@ -9,7 +9,9 @@ Before its first run in a process (and again after a resume or a new revision) t
 `activate` runs, as before a frame; a failing one stops the extension and the wake waits for
 the resume. A run that raises or overruns its deadline is recorded as failed and notified as
 `job.failed`, not retried in a loop and not a stop by itself. A wake that arrived during the
-run is taken by the next run, enqueued when this one finishes.
+run is taken by the next run, enqueued when this one finishes. A pending wake whose run task
+never comes (lost, or skipped while the extension was stopped or ungranted) is re-driven by a
+resume, by its grant admitted again, and by beat's worker sweep (`workers_wake_pending`).
 
 A run that kills its process (segfault, `os._exit`, out of memory) never reaches its finish:
 - its task is redelivered (acks late, reject on worker lost) with the same task id, which is the
@@ -31,6 +33,7 @@ from hashlib import sha256
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from core import clock
 from extensions_host import registry
@@ -54,6 +57,9 @@ LEASE_GRACE_MS = 60_000
 
 # the crash count of a worker: one per worker, not per wake (a dead run's wake is not re-run)
 CRASH_ITEM = "run"
+
+# worker rows per call of the pending-wake sweep (the task re-enqueues itself for the rest)
+SWEEP_PAGE = 256
 
 
 def worker_id(extension_id: str, name: str) -> str:
@@ -80,6 +86,36 @@ def worker_wake(*, extension_id: str, name: str, wake: WorkerWake) -> None:
     from extensions_host.background import tasks
 
     enqueue(lambda: tasks.run_worker.delay(extension_id, name))
+
+
+def workers_wake_pending(*, extension_ids: list[str] | None = None, after: int = 0) -> int | None:
+    """Enqueue a run for every worker with a pending wake that no run will take: its extension
+    may run it (`lifecycle` granted, running, loaded here), it is declared, and no run holds
+    it (none, or its lease ran out). Rows with ids above `after` (among `extension_ids` when
+    given), `SWEEP_PAGE` of them; returns the last id read when more may be waiting.
+
+    Beat's sweep (a lost `run_worker` task, a run whose process died), a resume and a grant
+    admitted again all come here. A duplicate run task is harmless (one run at a time)."""
+    from extensions_host.background import tasks
+
+    ids = eligible_ids("lifecycle", ids=extension_ids)
+    if not ids:
+        return None
+    # one row per declared worker, so a plain scan (no index of its own)
+    page = list(
+        WorkerState.objects.filter(extension_id__in=ids, pending_wake__isnull=False, pk__gt=after)
+        .filter(
+            Q(running_token="")
+            | Q(running_until__isnull=True)
+            | Q(running_until__lte=clock.now_ms())
+        )
+        .order_by("pk")
+        .values_list("pk", "extension_id", "name")[:SWEEP_PAGE]
+    )
+    for _, extension_id, name in page:
+        if _declared(extension_id, name) is not None:
+            enqueue(lambda e=extension_id, n=name: tasks.run_worker.delay(e, n))
+    return page[-1][0] if len(page) == SWEEP_PAGE else None
 
 
 def _declared(extension_id: str, name: str) -> tuple[Any, Worker] | None:
