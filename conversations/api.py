@@ -46,7 +46,7 @@ from conversations.serializers import (
     SubmissionSerializer,
 )
 from conversations.services.submissions import WHEN_BUSY
-from core.api_base import ListQuerySerializer, StrictSerializer, paginated
+from core.api_base import EmptyInputSerializer, ListQuerySerializer, StrictSerializer, paginated
 from core.auth import principal_of
 from core.db import BIGINT_MAX
 from core.errors import HostError
@@ -335,11 +335,18 @@ class SubmissionWithdrawApi(APIView):
     @extend_schema(
         operation_id="submissions_withdraw",
         summary="Withdraw a queued submission",
-        responses={200: SubmissionSerializer, **error_responses(401, 403, 404, 409)},
+        responses={
+            200: SubmissionSerializer,
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
     )
     def delete(self, request: Request, conversation_id: str, submission_id: int) -> Response:
+        principal = principal_of(request)
+        # access first (404, then 403), then the body: it may be empty, never carry fields
+        selectors.conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+        _valid(EmptyInputSerializer, request.data)
         submission = services.submission_withdraw(
-            principal=principal_of(request),
+            principal=principal,
             conversation_id=conversation_id,
             submission_id=submission_id,
         )
@@ -411,11 +418,6 @@ class RunDetailApi(APIView):
     def get(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(principal=principal_of(request), run_id=run_id)
         return _run_detail(request, run)
-
-
-@extend_schema_serializer(component_name="EmptyInput")
-class EmptyInputSerializer(StrictSerializer):
-    """No fields (unknown ones are refused)."""
 
 
 class RunHeartbeatApi(APIView):

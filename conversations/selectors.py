@@ -61,11 +61,12 @@ def conversation_get(
 
 def conversation_contents_readable(*, principal: Principal, conversation_id: str) -> bool:
     """Whether the principal may read what belongs to a conversation (its runs, its artifact
-    operations): the runtime reads everything; anyone else needs read access to the
-    conversation. The caller answers its own 404 otherwise: an unreadable conversation hides
-    its contents entirely."""
-    if principal.is_runtime:
-        return True
+    operations) outside the runtime endpoints: read access to the conversation, as for the
+    conversation itself. Admins and the service principal (an admin) read everything; a
+    `runtime` token does not: only the runtime endpoints of spec 07 (claim, heartbeat, steers,
+    tool calls, settle, entry appends, artifact writes, skill files) ignore sharing, and
+    these reads are not among them. The caller answers its own 404 otherwise: an unreadable
+    conversation hides its contents entirely."""
     try:
         conversation_get(principal=principal, conversation_id=conversation_id)
     except HostError:
@@ -135,7 +136,8 @@ def entries_of(*, conversation_id: str) -> QuerySet[Entry]:
 
 
 def run_get(*, principal: Principal, run_id: int) -> Run:
-    """A run for the runtime (any run) or for a reader of its conversation (404 otherwise)."""
+    """A run for a reader of its conversation (admins and the service principal read any);
+    404 otherwise, as for a missing run."""
     run = Run.objects.filter(pk=run_id).first() if 0 < run_id <= BIGINT_MAX else None
     if run is None:
         raise HostError("store", "not_found", MSG_RUN_NOT_FOUND)

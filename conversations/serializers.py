@@ -3,6 +3,7 @@ the output serializers (snake_case everywhere). Views nest their own InputSerial
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
@@ -244,7 +245,18 @@ class ConversationPagination(Pagination):
     ordering = ("-last_activity_at", "id")
 
     def position_valid(self, position: str) -> bool:
-        return "\x00" not in position and parse_datetime(position) is not None
+        """An aware datetime that stays in range in UTC. Every issued position is one (a UTC
+        `last_activity_at`); a forged one may be naive (no instant at all) or overflow only
+        when the query converts it to UTC (`9999-12-31 23:59:59-05:00`), a 500 on SQLite and
+        a silently accepted cursor on PostgreSQL. `astimezone` raises that OverflowError here,
+        where `decode_cursor` turns it into 400 `Cursor is invalid`."""
+        if "\x00" in position:
+            return False
+        value = parse_datetime(position)
+        if value is None or value.tzinfo is None or value.utcoffset() is None:
+            return False
+        value.astimezone(dt.UTC)
+        return True
 
 
 class EntryPagination(IdPagination):

@@ -11,16 +11,19 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import services
-from core.api_base import IdPagination, ListQuerySerializer, StrictSerializer, paginated
+from core.api_base import (
+    EmptyInputSerializer,
+    IdPagination,
+    ListQuerySerializer,
+    StrictSerializer,
+    paginated,
+)
 from core.auth import principal_of
-from core.errors import MSG_FORBIDDEN, HostError
 from core.models import ApiToken, TokenScope
 from core.permissions import Authenticated, Public
 from core.schema import error_responses
 
 logger = logging.getLogger(__name__)
-
-SCOPE_RANK = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
 
 
 class TokenOutputSerializer(serializers.ModelSerializer):
@@ -52,7 +55,11 @@ class TokenListCreateApi(APIView):
         name = serializers.CharField(
             max_length=100, required=False, default="", allow_blank=True, trim_whitespace=False
         )
-        scope = serializers.ChoiceField(choices=TokenScope.choices, default=TokenScope.WRITE)
+        scope = serializers.ChoiceField(
+            choices=TokenScope.choices,
+            default=TokenScope.WRITE,
+            help_text="Never wider than the calling token's; `runtime`: staff or the runtime only.",
+        )
         expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
     class CreatedSerializer(TokenOutputSerializer):
@@ -82,14 +89,7 @@ class TokenListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        principal = principal_of(request)
-        # a token can never mint a token wider than itself
-        if (
-            principal.method == "token"
-            and SCOPE_RANK[data.validated_data["scope"]] > SCOPE_RANK[principal.scope]
-        ):
-            raise HostError("auth", "forbidden", MSG_FORBIDDEN)
-        token, raw = services.token_create(user=principal.user, **data.validated_data)
+        token, raw = services.token_mint(principal=principal_of(request), **data.validated_data)
         body = TokenOutputSerializer(token).data | {"token": raw}
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -97,8 +97,10 @@ class TokenListCreateApi(APIView):
 class TokenRevokeApi(APIView):
     permission_classes = [Authenticated]
 
-    @extend_schema(responses={204: None, **error_responses(401, 403, 404, 413)})
+    @extend_schema(responses={204: None, **error_responses(400, 401, 403, 404, 413, 415)})
     def delete(self, request: Request, token_id: int) -> Response:
+        # the body may be empty, never carry fields (a write: unknown fields are a 400)
+        EmptyInputSerializer(data=request.data).is_valid(raise_exception=True)
         services.token_revoke(principal=principal_of(request), token_id=token_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
@@ -42,6 +43,12 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_serializer(component_name="EmptyInput")
+class EmptyInputSerializer(StrictSerializer):
+    """No fields (unknown ones are refused): the body of a write that takes none, such as a
+    heartbeat or a DELETE (an empty body, or `{}`)."""
+
+
 class Pagination(CursorPagination):
     """Cursor pagination, `limit` ≤ 100. A cursor the server did not issue is a 400 (never a
     404, and never a 500 from a position the ordering column cannot compare with): subclasses
@@ -78,6 +85,49 @@ class IdPagination(Pagination):
 
     def position_valid(self, position: str) -> bool:
         return position.isascii() and 0 <= int(position) <= BIGINT_MAX
+
+
+class RowsPagination(Pagination):
+    """Cursor pagination over rows computed in memory (declared jobs, slash commands: nothing
+    to query), with the same cursors, `limit` and page shape as the database lists. Each row
+    has a unique text position (`position_of`); the page is cut by comparing positions, as a
+    queryset is filtered by its ordering column."""
+
+    ordering = "position"
+
+    def position_of(self, row: Any) -> str:
+        raise NotImplementedError
+
+    def paginate_rows(self, rows: list[Any], request: Request, view: Any = None) -> list[Any]:
+        return self.paginate_queryset(_Rows(rows, self.position_of), request, view) or []
+
+    def _get_position_from_instance(self, instance: Any, ordering: Any) -> str:
+        # DRF's one hook for "the position of this row" (it would read the ordering field)
+        return self.position_of(instance)
+
+
+class _Rows:
+    """The three queryset calls DRF's `CursorPagination` makes, over a list: `order_by` the one
+    position, `filter(position__gt|__lt=…)`, and slicing."""
+
+    def __init__(self, rows: list[Any], position_of: Callable[[Any], str]) -> None:
+        self.rows = rows
+        self.position_of = position_of
+
+    def order_by(self, *ordering: str) -> _Rows:
+        descending = ordering[0].startswith("-")
+        return _Rows(sorted(self.rows, key=self.position_of, reverse=descending), self.position_of)
+
+    def filter(self, **lookup: str) -> _Rows:
+        ((name, position),) = lookup.items()
+        if name.endswith("__gt"):
+            kept = [row for row in self.rows if self.position_of(row) > position]
+        else:
+            kept = [row for row in self.rows if self.position_of(row) < position]
+        return _Rows(kept, self.position_of)
+
+    def __getitem__(self, index: slice) -> list[Any]:
+        return self.rows[index]
 
 
 class ListQuerySerializer(serializers.Serializer):

@@ -13,13 +13,16 @@ from django.utils import timezone
 
 from core import clock
 from core.auth import Principal, token_new
-from core.errors import MSG_NOT_FOUND, HostError
-from core.models import ApiToken, AuditEntry, IdempotencyResult, LifecycleEvent
+from core.errors import MSG_FORBIDDEN, MSG_NOT_FOUND, HostError
+from core.models import ApiToken, AuditEntry, IdempotencyResult, LifecycleEvent, TokenScope
 
 BEAT_KEY = "hyphae:beat:last_tick_ms"
 
 
 MSG_EXPIRY_NOT_FUTURE = "Token expiry must be in the future"
+MSG_RUNTIME_SCOPE = "Only staff or the runtime may create a token with scope runtime"
+
+SCOPE_RANK = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
 
 
 def token_expiry_check(*, expires_at: dt.datetime | None) -> None:
@@ -52,6 +55,28 @@ def token_create(
                 detail={"token_id": token.pk, "scope": scope, "name": name},
             )
     return token, raw
+
+
+def token_scope_check(*, principal: Principal, scope: str) -> None:
+    """Who may mint a token of `scope` for themselves (403 `auth/forbidden` otherwise).
+
+    A token never mints a token wider than itself. Scope `runtime` acts for the platform (the
+    runtime endpoints ignore conversation sharing, spec 07), so only staff (admins) and
+    principals that already hold it (the service principal, a `runtime` token) may mint it: a
+    plain user's session or forward-auth login may not."""
+    if scope == TokenScope.RUNTIME and not (principal.admin or principal.is_runtime):
+        raise HostError("auth", "forbidden", MSG_RUNTIME_SCOPE)
+    if principal.method == "token" and SCOPE_RANK[scope] > SCOPE_RANK[principal.scope]:
+        raise HostError("auth", "forbidden", MSG_FORBIDDEN)
+
+
+def token_mint(
+    *, principal: Principal, name: str, scope: str, expires_at: dt.datetime | None
+) -> tuple[ApiToken, str]:
+    """`POST /v1/auth/tokens`: a token for the principal's own user, within what it may mint
+    (`token_scope_check`); nothing is written when it may not."""
+    token_scope_check(principal=principal, scope=scope)
+    return token_create(user=principal.user, name=name, scope=scope, expires_at=expires_at)
 
 
 def token_revoke(*, principal: Principal, token_id: int) -> ApiToken:

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.selectors import conversation_get
-from core.api_base import Pagination, StrictSerializer
+from core.api_base import ListQuerySerializer, Pagination, StrictSerializer
 from core.auth import principal_of
 from core.permissions import Admin, AllowAnonymousReads, Authenticated
 from core.schema import error_responses
@@ -117,9 +117,12 @@ class ExtensionListApi(APIView):
     @extend_schema(
         operation_id="extensions_list",
         summary="The roster: every extension's status",
+        parameters=[ListQuerySerializer],
         responses={200: ExtensionPageSerializer, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
+        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         paginator = RosterPagination()
         page = paginator.paginate_queryset(selectors.roster_entries(), request, view=self)
         rows = [selectors.extension_summary(row) for row in page or []]

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.selectors import conversation_get
-from core.api_base import StrictSerializer
+from core.api_base import ListQuerySerializer, RowsPagination, StrictSerializer, paginated
 from core.auth import principal_of
 from core.permissions import Authenticated, Public, RuntimeOrAdmin
 from core.schema import error_responses
@@ -25,6 +25,7 @@ from extensions_host.contributions.services.routes import route_dispatch
 from extensions_host.contributions.services.skills import skill_file
 from extensions_host.contributions.services.slash import (
     ARGS_MAX,
+    CORE_DESCRIPTIONS,
     slash_command_run,
     slash_commands_list,
 )
@@ -205,16 +206,34 @@ class SlashCommandSerializer(serializers.Serializer):
     source = serializers.CharField(help_text='"core" or the contributing extension id.')
 
 
+SlashCommandPage = paginated(SlashCommandSerializer, "SlashCommandPage")
+
+
+class CommandPagination(RowsPagination):
+    def position_of(self, row: dict[str, Any]) -> str:
+        # the order of `slash_commands_list`: core commands first, in their own order, then
+        # extension commands by name, then extension id (two may contribute one name); the
+        # space sorts before every character a command name may hold (`^[a-z][a-z0-9-]*$`)
+        if row["source"] == "core" and row["name"] in CORE_DESCRIPTIONS:
+            return f"0 {list(CORE_DESCRIPTIONS).index(row['name']):03d}"
+        return f"1 {row['name']} {row['source']}"
+
+
 class CommandListApi(APIView):
     permission_classes = [Authenticated]
 
     @extend_schema(
         operation_id="commands_list",
-        summary="Core and extension slash commands",
-        responses={200: SlashCommandSerializer(many=True), **error_responses(401)},
+        summary="Core and extension slash commands: core first, then by name",
+        parameters=[ListQuerySerializer],
+        responses={200: SlashCommandPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        return Response(SlashCommandSerializer(slash_commands_list(), many=True).data)
+        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
+        paginator = CommandPagination()
+        page = paginator.paginate_rows(slash_commands_list(), request, view=self)
+        return paginator.get_paginated_response(SlashCommandSerializer(page, many=True).data)
 
 
 class ConversationSlashCommandApi(APIView):

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from core.errors import MSG_NOT_FOUND, MSG_UNAUTHENTICATED, HostError
 from core.middleware import json_error
+from core.views import read_only_api_view
 from extensions_host.contributions.metrics import metrics_allowed, metrics_text
 from extensions_host.contributions.packages import content_type_of
 from extensions_host.contributions.services.bundles import bundle_file
@@ -30,7 +31,7 @@ def webui(request: HttpRequest, path: str = "") -> HttpResponseBase:
     return response
 
 
-@require_safe
+@read_only_api_view
 def metrics(request: HttpRequest) -> HttpResponse:
     if not metrics_allowed(request):
         response = json_error(HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED))

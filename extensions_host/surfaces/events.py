@@ -34,8 +34,9 @@ from rest_framework.settings import api_settings
 
 from conversations.selectors import conversation_get
 from core.auth import Principal, principal_of
-from core.errors import MSG_BAD_CREDENTIALS, MSG_METHOD, MSG_UNAUTHENTICATED, HostError
+from core.errors import MSG_BAD_CREDENTIALS, MSG_UNAUTHENTICATED, HostError
 from core.middleware import json_error
+from core.views import read_only_api_view
 from extensions_host.surfaces.live import (
     KINDS,
     change_hub,
@@ -120,9 +121,8 @@ def _change(conversation_id: str, version: int, changed: list[str]) -> str:
     )
 
 
+@read_only_api_view
 async def conversation_events(request: HttpRequest, conversation_id: str) -> HttpResponse:
-    if request.method not in ("GET", "HEAD"):
-        return json_error(HostError("contract", "invalid", MSG_METHOD, status=405))
     try:
         principal = await sync_to_async(_open)(request, conversation_id)
     except HostError as exc:

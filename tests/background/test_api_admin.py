@@ -124,3 +124,40 @@ def test_the_backlog_figures_give_consumer_lag_timer_backlog_and_outbox_of_insta
         "oldest_due_age_ms": 900,
     }
     assert figures["outbox"]["pending"] == {"alpha": 1}
+
+
+def _walk(client, url: str) -> tuple[list[dict[str, Any]], int]:
+    """Every row of a cursor-paginated list, following `next`; and how many pages it took."""
+    rows: list[dict[str, Any]] = []
+    pages = 0
+    while url:
+        body = client.get(url).json()
+        assert set(body) == {"next", "previous", "results"}, body
+        rows += body["results"]
+        pages += 1
+        url = body["next"]
+    return rows, pages
+
+
+def test_the_jobs_list_is_a_cursor_page_by_id(install, api, owner):
+    ext = make_ext("alpha")
+    for name in ("e", "c", "a", "d", "b"):
+        add_job(ext, Job(name, every_seconds=60, action=lambda ctx, run: None))
+    install(ext)
+
+    client = api(owner)
+
+    rows, pages = _walk(client, "/v1/jobs?limit=2")
+
+    assert [row["id"] for row in rows] == [f"ext:alpha:{name}" for name in "abcde"]
+    assert pages == 3
+    second = client.get(client.get("/v1/jobs?limit=2").json()["next"]).json()
+    first = client.get(second["previous"]).json()
+    assert [row["id"] for row in first["results"]] == ["ext:alpha:a", "ext:alpha:b"]
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=abc", "limit="])
+def test_a_jobs_list_limit_out_of_bounds_is_a_400(api, owner, query):
+    response = api(owner).get(f"/v1/jobs?{query}")
+    assert response.status_code == 400
+    assert "limit" in response.json()["error"]["details"]

@@ -8,6 +8,7 @@ import pytest
 from conversations.models import Conversation, Entry
 from core.models import LifecycleEvent
 from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import current_frame
 from extensions_host.sdk import CommandError, Retry
 
 from . import exts
@@ -25,7 +26,7 @@ def run(client, cid: str, name: str, args: str = ""):
 
 def test_the_list_has_the_core_commands_then_the_extensions(install, api, member):
     install(make_slash_ext())
-    listed = api(member).get("/v1/commands").json()
+    listed = api(member).get("/v1/commands").json()["results"]
     assert [c["name"] for c in listed] == ["help", "fork", "archive", "rename", "share", "todo"]
     assert listed[-1] == {
         "name": "todo",
@@ -36,10 +37,31 @@ def test_the_list_has_the_core_commands_then_the_extensions(install, api, member
     assert {c["source"] for c in listed[:5]} == {"core"}
 
 
+def test_the_command_list_is_a_cursor_page_in_the_same_order(install, api, member):
+    install(make_slash_ext("todo"), make_slash_ext("alpha", name="add"))
+    client = api(member)
+    names, url = [], "/v1/commands?limit=2"
+    while url:
+        body = client.get(url).json()
+        assert set(body) == {"next", "previous", "results"}, body
+        names += [(c["name"], c["source"]) for c in body["results"]]
+        url = body["next"]
+    core = [(name, "core") for name in ("help", "fork", "archive", "rename", "share")]
+    assert names == [*core, ("add", "alpha"), ("todo", "todo")]
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "limit=abc", "limit="])
+def test_a_command_list_limit_out_of_bounds_is_a_400(api, member, query):
+    response = api(member).get(f"/v1/commands?{query}")
+    assert response.status_code == 400
+    assert "limit" in response.json()["error"]["details"]
+
+
 def test_a_stopped_extension_s_commands_are_not_listed(install, api, member):
     install(make_slash_ext())
     RosterEntry.objects.filter(pk="todo").update(status=ExtensionStatus.STOPPED, reason="x")
-    assert "todo" not in [c["name"] for c in api(member).get("/v1/commands").json()]
+    listed = api(member).get("/v1/commands").json()["results"]
+    assert "todo" not in [c["name"] for c in listed]
 
 
 def test_an_extension_command_runs_for_the_owner_and_returns_its_notice(
@@ -107,6 +129,23 @@ def test_a_typed_error_maps_and_a_defect_stops(install, api, owner, conversation
     row = RosterEntry.objects.get(pk="broken")
     assert row.status == ExtensionStatus.STOPPED
     assert row.reason == "slash broken defect: Slash command result must be {notice} or a string"
+
+
+def test_transact_in_a_slash_command_has_the_request_deadline_not_the_workers(
+    install, api, owner, conversation, settings
+):
+    settings.HOST_HOOK_DEADLINE_REQUEST_MS = 300
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 10_000
+    conversation("c1")
+    deadlines: list[float] = []
+
+    def note(ctx, invocation):
+        ctx.transact(lambda tx: deadlines.append(current_frame().deadline_s))
+
+    install(make_slash_ext(run=note, deadline_s=60))
+
+    assert run(api(owner), "c1", "todo").status_code == 200
+    assert 0 < deadlines[0] <= 0.3
 
 
 def test_core_rename_share_archive_go_through_the_conversation_services(

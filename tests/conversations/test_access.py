@@ -52,6 +52,7 @@ INVALID_INPUT_ENDPOINTS = [
     ("patch", "/v1/conversations/c", {"bogus": 1}, "write", 400),
     ("post", "/v1/conversations/c/fork", {"bogus": 1}, "write", 400),
     ("post", "/v1/conversations/c/submissions", {"bogus": 1}, "write", 400),
+    ("delete", "/v1/conversations/c/submissions/{queued}", {"bogus": 1}, "write", 400),
     ("post", "/v1/conversations/c/interactions/abc/answer", {"bogus": 1}, "write", 400),
     ("post", "/v1/conversations/c/interactions/abc/answer", MALFORMED_JSON, "write", 400),
     ("post", "/v1/conversations/c/commands/help", {"bogus": 1}, "write", 400),
@@ -151,9 +152,9 @@ def test_a_missing_conversation_looks_exactly_like_a_private_one(client_for, kit
 def test_access_is_checked_before_the_input(
     world, client_for, persona, sharing, method, path, body, kind, success
 ):
-    world(sharing)
+    ids = world(sharing)
     before = (Submission.objects.count(), Conversation.objects.count())
-    response = send(client_for(persona), method, path, body)
+    response = send(client_for(persona), method, fill(path, ids), body)
     want = expected(persona, sharing, kind, success)
     assert response.status_code == want, (response.status_code, response.content)
     assert set(response.json()) == {"error"}
@@ -162,6 +163,7 @@ def test_access_is_checked_before_the_input(
     if want == 401:
         assert response["WWW-Authenticate"].startswith("Bearer")
     assert (Submission.objects.count(), Conversation.objects.count()) == before
+    assert not Submission.objects.filter(status="withdrawn").exists()
 
 
 @pytest.mark.parametrize("sharing", SHARINGS)
@@ -261,6 +263,28 @@ def test_runtime_endpoints_need_the_runtime_principal_and_ignore_sharing(
         # the runtime acts for the platform: never refused, never hidden by sharing
         assert response.status_code < 400 or response.status_code == 409, response.content
         assert response.status_code != 409 or path.endswith("/runs")
+
+
+@pytest.mark.parametrize("sharing", SHARINGS)
+@pytest.mark.parametrize(("method", "path", "body", "kind", "success"), CONVERSATION_ENDPOINTS)
+def test_a_runtime_token_has_its_users_access_outside_the_runtime_endpoints(
+    world, api, member, sharing, method, path, body, kind, success
+):
+    """Only the runtime endpoints ignore sharing (spec 07): elsewhere, `GET /v1/runs/{id}`
+    included, another user's `runtime` token is that user, and a private conversation's run
+    is as missing to it as the conversation."""
+    ids = world(sharing)
+    runtime_token = api(member, scope="runtime")
+    response = send(runtime_token, method, fill(path, ids), fill(body, ids))
+    want = expected("other", sharing, kind, success)
+    assert response.status_code == want, (response.status_code, response.content)
+
+
+def test_the_service_principal_reads_any_run(world, client_for):
+    ids = world("private")
+    response = client_for("service").get(f"/v1/runs/{ids['run']}")
+    assert response.status_code == 200, response.content
+    assert response.json()["inputs"]
 
 
 def test_lists_contain_only_readable_rows(kit, client_for, owner, member):

@@ -55,10 +55,13 @@ OPERATIONS = {
     },
     ("/v1/conversations/{conversation_id}/submissions/{submission_id}", "delete"): {
         "200",
+        "400",
         "401",
         "403",
         "404",
         "409",
+        "413",
+        "415",
     },
     ("/v1/conversations/{conversation_id}/runs", "post"): {
         "200",

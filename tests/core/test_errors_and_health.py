@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import pytest
 from django.db import InterfaceError, OperationalError, ProgrammingError
+from django.test import Client
 from rest_framework.test import APIClient
 
-from core import services
+from conversations.models import Conversation
+from core import clock, services
 from core.errors import HostError, bound_text
 
 pytestmark = pytest.mark.django_db
@@ -69,6 +71,31 @@ def test_unknown_api_paths_answer_404_in_the_error_model():
     response = APIClient().get("/v1/no-such-thing")
     assert response.status_code == 404
     assert response.json()["error"]["cause"] == "not_found"
+
+
+# the API paths served by plain Django views (the SSE stream, `/metrics`) and the DRF probes
+READ_ONLY_PATHS = ["/v1/conversations/c1/events", "/metrics", "/healthz", "/readyz"]
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+@pytest.mark.parametrize("path", READ_ONLY_PATHS)
+def test_a_write_to_a_read_only_api_path_is_405_in_the_error_model_not_a_csrf_page(
+    owner, path, method
+):
+    Conversation.objects.create(
+        id="c1", owner=owner, sharing="public", last_activity_at=clock.now()
+    )
+    client = Client(enforce_csrf_checks=True)  # as a real server: CsrfViewMiddleware checks
+    for auth in ({}, {"HTTP_AUTHORIZATION": "Bearer test-service-token"}):
+        response = getattr(client, method)(path, **auth)
+        assert response.status_code == 405, (path, method, response.content[:80])
+        assert response["Content-Type"].startswith("application/json")
+        assert response.json()["error"] == {
+            "category": "contract",
+            "cause": "invalid",
+            "message": "Method not allowed",
+        }
+        assert "GET" in response["Allow"]
 
 
 def test_readyz_is_not_ready_until_beat_ticks_and_again_when_it_goes_quiet(fake_clock, settings):

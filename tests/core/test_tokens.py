@@ -5,10 +5,11 @@ import datetime as dt
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from core.errors import HostError
 from core.models import ApiToken
-from core.services import token_create
+from core.services import MSG_RUNTIME_SCOPE, token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -72,6 +73,56 @@ def test_unknown_fields_are_rejected(api, owner):
     assert response.status_code == 400
     assert response.json()["error"]["details"] == {"user": ["Unknown field."]}
     assert not ApiToken.objects.filter(name="x").exists()
+
+
+def _session(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)  # a session login (forward auth gives the same principal kind)
+    return client
+
+
+def test_a_plain_user_cannot_mint_a_runtime_token(api, member):
+    """`runtime` acts for the platform (the runtime endpoints ignore sharing): a plain user's
+    session or token gets 403 naming the rule, and nothing is written."""
+    before = ApiToken.objects.count()
+    for client in (_session(member), api(member)):
+        response = client.post("/v1/auth/tokens", {"scope": "runtime"}, format="json")
+        assert response.status_code == 403, response.content
+        assert response.json()["error"] == {
+            "category": "auth",
+            "cause": "forbidden",
+            "message": MSG_RUNTIME_SCOPE,
+        }
+    assert ApiToken.objects.count() == before + 1  # only api(member)'s own write token
+    assert not ApiToken.objects.filter(scope="runtime").exists()
+    minted = _session(member).post("/v1/auth/tokens", {"scope": "write"}, format="json")
+    assert minted.status_code == 201  # the narrower scopes stay open to everyone
+
+
+def test_staff_and_runtime_principals_may_mint_a_runtime_token(api, member, staff):
+    for client in (_session(staff), api("service"), api(member, scope="runtime")):
+        response = client.post("/v1/auth/tokens", {"scope": "runtime"}, format="json")
+        assert response.status_code == 201, response.content
+        assert response.json()["scope"] == "runtime"
+
+
+@pytest.mark.parametrize("scope", ["read", "write"])
+def test_a_token_never_mints_a_wider_one_even_for_staff(api, staff, scope):
+    client = api(staff, scope=scope)
+    response = client.post("/v1/auth/tokens", {"scope": "runtime"}, format="json")
+    assert response.status_code == 403
+    assert not ApiToken.objects.filter(scope="runtime").exists()
+
+
+def test_revoking_with_unknown_body_fields_is_a_400_and_revokes_nothing(api, owner):
+    client = api(owner)
+    token = ApiToken.objects.get(user=owner)
+    response = client.delete(f"/v1/auth/tokens/{token.pk}", {"bogus": 1}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {"bogus": ["Unknown field."]}
+    token.refresh_from_db()
+    assert token.revoked_at is None
+    assert client.delete(f"/v1/auth/tokens/{token.pk}", {}, format="json").status_code == 204
 
 
 def test_both_service_tokens_work_for_rotation(api):

@@ -87,7 +87,7 @@ def test_strict_bodies_and_throttled_writes_are_documented(schema):
 def test_query_and_header_bounds_are_documented(schema):
     debug = schema["paths"]["/v1/worlds/{world_id}/artifacts/debug"]["get"]["parameters"]
     limit = next(p for p in debug if p["name"] == "limit")["schema"]
-    assert (limit["minimum"], limit["maximum"]) == (1, 1000)
+    assert (limit["minimum"], limit["maximum"]) == (1, 100)
     command = schema["paths"]["/v1/extensions/{extension_id}/commands/{name}"]["post"]
     key = next(p for p in command["parameters"] if p["name"] == "Idempotency-Key")["schema"]
     assert (key["minLength"], key["maxLength"]) == (1, 256)
