@@ -8,8 +8,10 @@ Like a frame, the call is deadline-bounded (SIGALRM on a main thread, the elapse
 everywhere: `runtime.outside.bounded`, which idle workers and `shutdown` use too) and
 classified, but it holds no transaction: it may call slow services and writes through
 `ctx.transact`/`ctx.update`. Routes and commands: a typed SDK error maps to the error model
-without a stop; `Retry` → 503 with `Retry-After`; any other exception, an async result or an
-overrun deadline is a defect that stops the extension (503). A process told to exit
+without a stop (its message redacted of the extension's secrets); `Retry` → 503 with
+`Retry-After`; host-transient database trouble (a store read included) → 503
+`store/unavailable`, never a stop; any other exception, an async result or an overrun deadline
+is a defect that stops the extension (503). A process told to exit
 (`SystemExit`, `KeyboardInterrupt`) passes through: never a stop, never a failed delivery.
 """
 
@@ -36,7 +38,7 @@ from extensions_host.runtime.stops import (
     extension_stop,
     redact,
 )
-from extensions_host.runtime.transient import is_transient
+from extensions_host.runtime.transient import is_transient, store_unavailable
 from extensions_host.sdk import Retry, SdkError
 from extensions_host.services.errors import (
     MSG_UNAVAILABLE,
@@ -56,8 +58,6 @@ __all__ = [
     "run_best_effort",
     "run_outside",
 ]
-
-MSG_STORE_BUSY = "Extension store is busy; retry"
 
 
 def extension_available(*, extension_id: str, grant: str) -> tuple[LoadedExtension, RosterEntry]:
@@ -106,12 +106,12 @@ def run_outside(*, loaded: LoadedExtension, hook: str, limit: float, call: Calla
             extension_id=loaded.id, after_seconds=exc.after_seconds, reason=exc.reason
         ) from exc
     except SdkError as exc:
-        raise host_error_for(exc) from exc
+        raise host_error_for(exc, extension_id=loaded.id) from exc
     except PROCESS_EXIT:
         raise  # the process is told to exit: not the extension's failure
     except DatabaseError as exc:
         if is_transient(exc):  # host trouble (deadlock, lost connection), never a defect
-            raise HostError("store", "unavailable", MSG_STORE_BUSY, retry_after=1) from exc
+            raise store_unavailable() from exc
         reason, cause = outside_reason(hook, exc, started=started, limit=limit), exc
     except BaseException as exc:
         reason, cause = outside_reason(hook, exc, started=started, limit=limit), exc

@@ -8,13 +8,18 @@ Guards:
 - a **read** with another extension's context inside a frame is a defect of that frame.
 - a call whose grant is not admitted raises `AdmissionError(closed, "Extension is not granted
   <grant>")` (`require_grant`), like the host API (spec 05).
-- store errors: a transient database error becomes `HostTransient` (the frame is retried),
-  `statement_timeout` becomes `HookDeadline`, anything else `StateError(unavailable)`.
+- a **write** from another thread than the frame's own (a thread handed a copy of the
+  context, `asyncio.to_thread`) is a defect of that frame: its connection is not in the frame's
+  transaction, so the write would escape it.
+- store errors: a transient database error becomes `HostTransient` (the frame is retried; with
+  no frame to retry, `store/unavailable`), `statement_timeout` becomes `HookDeadline`, anything
+  else `StateError(unavailable)`.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -29,13 +34,14 @@ from extensions_host.runtime.current import (
     HostTransient,
     current_frame,
 )
-from extensions_host.runtime.transient import is_statement_timeout, is_transient
+from extensions_host.runtime.transient import is_statement_timeout, is_transient, store_unavailable
 from extensions_host.sdk import AdmissionError, Caller, ExtensionStop, StateError
 from extensions_host.services import documents as document_store
 from extensions_host.services import records as record_store
 
 if TYPE_CHECKING:
     from extensions_host.registry import LoadedExtension
+    from extensions_host.runtime.frames import Boundary
 
 T = TypeVar("T")
 
@@ -43,6 +49,7 @@ MSG_OUTSIDE = "Extension write used outside its own core transaction"
 MSG_OTHER_WRITE = "Extension write used another extension's context"
 MSG_OTHER_READ = "Extension read used another extension's context"
 MSG_STALE = "Extension write used a context of an earlier frame"
+MSG_OTHER_THREAD = "Extension write used from another thread"
 MSG_READ_ONLY = "Extension write used in a read-only hook"
 MSG_NOT_GRANTED = "Extension is not granted {grant}"
 
@@ -77,6 +84,8 @@ def require_write(ctx: HookContext, *, capability: str = "state") -> Frame:
             enclosing=in_host_transaction(),
         )
         raise ExtensionStop(stop.reason)
+    if frame.thread != threading.get_ident():
+        defect(frame, MSG_OTHER_THREAD)
     if frame.extension_id != ctx.extension_id:
         defect(frame, MSG_OTHER_WRITE)
     if ctx._frame is not None and ctx._frame is not frame:
@@ -118,6 +127,10 @@ def store_call(frame: Frame | None) -> Iterator[None]:
             frame.poisoned = exc
         if is_statement_timeout(exc):
             raise HookDeadline("statement timeout") from exc
+        if frame is None and is_transient(exc):
+            # a read outside any frame (a route, slash command, notifier, worker): there is no
+            # frame to retry, and host trouble is never the extension's defect (spec 02 §1)
+            raise store_unavailable() from exc
         if is_transient(exc) or isinstance(exc, IntegrityError):
             # an integrity error here is a race with a concurrent frame (two first writes of
             # one key): retrying the frame sees the other's row
@@ -197,15 +210,14 @@ class DocumentAccess:
     def update(self, conversation_id: str, fn: Callable[[Any], Any]) -> Any:
         frame = require_write(self._ctx)
         require_grant(self._ctx, "state", frame)
-        current = self.read(conversation_id)
-        value = fn(current)
         with store_call(frame):
-            stored = document_store.document_write(
+            # `fn` runs on the value read under the row's lock: no concurrent update is lost
+            stored = document_store.document_update(
                 extension_id=self._ctx.extension_id,
                 name=self._name,
                 spec=self._spec,
                 conversation_id=conversation_id,
-                value=value,
+                fn=fn,
             )
         frame.observed.add(conversation_id)
         return stored
@@ -230,9 +242,13 @@ class HookContext:
         grants: frozenset[str],
         frame: Frame | None = None,
         caller: Caller | None = None,
+        boundary: Boundary = "worker",
     ) -> None:
         self._loaded = loaded
         self._frame = frame
+        # the kind of call the context was handed to: its `transact`/`update` frames get that
+        # boundary's deadline (5 s in a request, 30 s in a worker)
+        self._boundary: Boundary = boundary
         self.extension_id = loaded.id
         self.revision = loaded.revision
         self.hook = hook

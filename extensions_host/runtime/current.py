@@ -8,6 +8,7 @@ read-only hook is recognised as a defect.
 
 from __future__ import annotations
 
+import threading
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ class Frame:
     deadline_s: float
     page: FramePage | None = None
     started: float = field(default_factory=time.monotonic)
+    # the thread running the hook: its database connection holds the frame's transaction, so a
+    # write from any other thread (a copied context, `asyncio.to_thread`) would escape it
+    thread: int = field(default_factory=threading.get_ident)
     open: bool = True
     observed: set[str] = field(default_factory=set)
     # the first guard violation: it stops the extension even if the hook swallowed the raise
@@ -83,6 +87,7 @@ _current: ContextVar[Frame | None] = ContextVar("hyphae_extension_frame", defaul
 
 
 def current_frame() -> Frame | None:
-    """The frame whose hook is running on this thread right now, if any."""
+    """The frame whose hook is running in this context right now, if any (a thread handed a copy
+    of the context sees it too: writes check `Frame.thread`)."""
     frame = _current.get()
     return frame if frame is not None and frame.open else None

@@ -395,7 +395,14 @@ def _attempt(
                 observed=set(observe),
                 usage_base=row.usage if page is None else None,
             )
-            ctx = HookContext(loaded=loaded, hook=hook, grants=grants, frame=frame, caller=caller)
+            ctx = HookContext(
+                loaded=loaded,
+                hook=hook,
+                grants=grants,
+                frame=frame,
+                caller=caller,
+                boundary=boundary,
+            )
             result, failure = _invoke(frame, ctx, call, validate, failures, retry_attempt)
             if failure is not None:
                 raise _Rollback(failure)
@@ -600,8 +607,9 @@ def hook_deadline(
 ) -> float:
     """An extension's own deadline for one call (a hook, a route, a slash command), clamped to
     (0, 300] s: the call's own (`explicit`), else the staff override on the roster row, the
-    extension's `deadline_s`, the boundary's default (5 s request, 30 s worker). A page's time
-    limit may cut it further."""
+    extension's `deadline_s`, the boundary's default (5 s request, 30 s worker); never past
+    the deadline of the bounded call it runs in (a route's `ctx.transact`: nothing it writes
+    commits after the route's deadline). A page's time limit may cut it further."""
     if explicit is not None:
         limit = explicit
     elif row is not None and row.deadline_seconds:
@@ -610,6 +618,9 @@ def hook_deadline(
         limit = loaded.definition.deadline_s
     else:
         limit = deadlines.default_deadline(boundary)
+    enclosing = deadlines.seconds_left()
+    if enclosing is not None:
+        limit = min(limit, enclosing)
     return min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)
 
 
@@ -807,6 +818,7 @@ def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
         call=fn,
         mode="state",
         failures="return",
+        boundary=ctx._boundary,
         caller=ctx.caller,
     )
     if outcome.status == "skipped":
@@ -816,7 +828,9 @@ def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
 
 def context_transact(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
     """`ctx.transact(fn)`: a full frame from the extension's own code (route, worker, job).
-    A stopped extension's transact raises `ExtensionStop(reason)` at once."""
+    A stopped extension's transact raises `ExtensionStop(reason)` at once. Its deadline is the
+    one of the boundary `ctx` was handed to (a route's: the request's), never past the deadline
+    of the call it runs in (`hook_deadline`); the same goes for `update`."""
     if current_frame() is not None:
         raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
     outcome = run_frame(
@@ -825,7 +839,7 @@ def context_transact(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
         call=fn,
         mode="write",
         failures="return",
-        boundary="worker",
+        boundary=ctx._boundary,
         caller=ctx.caller,
     )
     if outcome.status == "skipped":
@@ -846,10 +860,11 @@ def _raise_or_value(outcome: FrameOutcome) -> Any:
 
 
 def detached_context(
-    *, extension_id: str, hook: str, caller: Caller | None = None
+    *, extension_id: str, hook: str, caller: Caller | None = None, boundary: Boundary = "worker"
 ) -> HookContext | None:
     """A context for the extension's own code outside any hook (routes, workers, jobs): reads
-    work; writes go through `ctx.transact`/`ctx.update`. None when not installed here."""
+    work; writes go through `ctx.transact`/`ctx.update`, frames with the deadline of `boundary`
+    (a route or slash command passes "request"). None when not installed here."""
     loaded = registry.get(extension_id)
     grants = (
         RosterEntry.objects.filter(pk=extension_id)
@@ -858,4 +873,6 @@ def detached_context(
     )
     if loaded is None or grants is None:
         return None
-    return HookContext(loaded=loaded, hook=hook, grants=frozenset(grants), caller=caller)
+    return HookContext(
+        loaded=loaded, hook=hook, grants=frozenset(grants), caller=caller, boundary=boundary
+    )

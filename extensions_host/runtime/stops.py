@@ -9,6 +9,7 @@ a timeout `<hook> exceeded its deadline`. Reasons are redacted, then bounded to 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import traceback
@@ -32,6 +33,7 @@ logger = logging.getLogger("extensions_host.stops")
 
 REASON_MAX = 512
 REDACTED = "[redacted]"
+SECRET_MIN_CHARS = 4  # a shorter secret value is not redacted (it would match ordinary text)
 
 # Sources of an extension's secret values (the secrets store registers one): every value is
 # removed from reasons and logged causes of that extension.
@@ -58,10 +60,17 @@ def redact(text: str, extension_id: str) -> str:
             values.update(v for v in source(extension_id) if isinstance(v, str) and v)
         except Exception:  # a broken source must not block a stop
             logger.exception("secret source failed while redacting")
+    # each value as written and escaped as messages quote it (`KeyError(secret)` shows its
+    # repr, a JSON text its `json.dumps`)
+    forms = {
+        form
+        for value in values
+        if len(value) >= SECRET_MIN_CHARS
+        for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])
+    }
     # longest first, so a secret containing another is removed whole
-    for value in sorted(values, key=len, reverse=True):
-        if len(value) >= 4:
-            text = text.replace(value, REDACTED)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     return _TOKEN_SHAPED.sub(REDACTED, text)
 

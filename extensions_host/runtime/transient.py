@@ -15,10 +15,22 @@ from core.errors import HostError
 from extensions_host.runtime.current import TransientDatabaseError
 
 T = TypeVar("T")
-__all__ = ["is_statement_timeout", "is_transient", "sqlstate", "with_transient_retries"]
+__all__ = [
+    "is_statement_timeout",
+    "is_transient",
+    "sqlstate",
+    "store_unavailable",
+    "with_transient_retries",
+]
 
 ATTEMPTS = 5
 MSG_STORE_UNAVAILABLE = "Extension store is unavailable"
+
+
+def store_unavailable() -> HostError:
+    """The host's transient database trouble, as the caller gets it when no retry is left (or
+    none is possible: extension code outside a frame): 503 `store/unavailable`, `Retry-After`."""
+    return HostError("store", "unavailable", MSG_STORE_UNAVAILABLE, retry_after=1)
 
 
 def with_transient_retries(step: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
@@ -39,4 +51,4 @@ def with_transient_retries(step: Callable[[], T], *, attempts: int = ATTEMPTS) -
             connection.close_if_unusable_or_obsolete()
         if attempt + 1 < attempts:
             time.sleep(min(0.02 * 2**attempt, 0.5) * (0.5 + random.random()))  # noqa: S311
-    raise HostError("store", "unavailable", MSG_STORE_UNAVAILABLE, retry_after=1) from last
+    raise store_unavailable() from last

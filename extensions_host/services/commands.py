@@ -135,7 +135,7 @@ def _result(extension_id: str, outcome: FrameOutcome) -> CommandResult:
     if outcome.status == "ok":
         return CommandResult(status=200, body=outcome.value)
     if outcome.status == "failed" and outcome.error is not None:
-        raise host_error_for(outcome.error)
+        raise host_error_for(outcome.error, extension_id=extension_id)
     if outcome.status == "retry":
         raise retry_error(
             extension_id=extension_id, after_seconds=outcome.retry_after, reason=outcome.reason

@@ -3,12 +3,18 @@ fork policy copy | reset."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from django.db import transaction
 
 from conversations.models import Conversation, conversation_id_valid
 from extensions_host.models import DocumentDeclaration, ExtensionDocument
 from extensions_host.sdk import Document, Extension, StateError
 from extensions_host.services.records import decode_value, encode_value
+
+# the value of a row inserted to be locked, never committed: no stored JSON is empty
+PLACEHOLDER = ""
 
 
 def check_conversation_id(value: Any) -> str:
@@ -36,30 +42,73 @@ def document_read(
         .values_list("value", flat=True)
         .first()
     )
-    if text is None:
+    return _decoded(name, spec, text)
+
+
+def document_update(
+    *,
+    extension_id: str,
+    name: str,
+    spec: Document[Any],
+    conversation_id: str,
+    fn: Callable[[Any], Any],
+) -> Any:
+    """Store `fn(current)` (inside the caller's frame). The row is locked before it is read, so
+    concurrent updates of one document run one after the other and none is lost."""
+    check_conversation_id(conversation_id)
+    document = _locked(extension_id, name, conversation_id)
+    if document is not None:
+        return _apply(name, spec, document, fn)
+    # The first write: insert a placeholder row to lock (a concurrent first writer waits for it
+    # instead of also reading the initial value). The savepoint ends with the placeholder
+    # overwritten or rolls it back, so it is never committed.
+    with transaction.atomic():
+        if Conversation.objects.filter(pk=conversation_id).exists():
+            ExtensionDocument.objects.bulk_create(
+                [
+                    ExtensionDocument(
+                        extension_id=extension_id,
+                        name=name,
+                        conversation_id=conversation_id,
+                        value=PLACEHOLDER,
+                    )
+                ],
+                ignore_conflicts=True,
+            )
+            document = _locked(extension_id, name, conversation_id)
+        if document is None:  # no such conversation (or it was deleted meanwhile)
+            raise StateError("bound", f"Conversation {conversation_id} does not exist")
+        return _apply(name, spec, document, fn)
+
+
+def _locked(extension_id: str, name: str, conversation_id: str) -> ExtensionDocument | None:
+    return (
+        ExtensionDocument.objects.select_for_update(no_key=True)
+        .filter(extension_id=extension_id, name=name, conversation_id=conversation_id)
+        .first()
+    )
+
+
+def _apply(
+    name: str, spec: Document[Any], document: ExtensionDocument, fn: Callable[[Any], Any]
+) -> Any:
+    current = _decoded(name, spec, document.value)
+    encoded = encode_value(spec.model, fn(current), f"document {name}")
+    if len(encoded.encode()) > spec.max_bytes:
+        raise StateError("bound", f"Document {name} exceeds max_bytes ({spec.max_bytes})")
+    document.value = encoded
+    document.save(update_fields=["value", "updated_at"])
+    return spec.model.model_validate_json(encoded)
+
+
+def _decoded(name: str, spec: Document[Any], text: str | None) -> Any:
+    """A stored text as the document's model; none stored (or the placeholder of a first write
+    in progress, which `fn` may read): the initial value."""
+    if text is None or text == PLACEHOLDER:
         text = spec.initial_json()
     if len(text.encode()) > spec.max_bytes:
         raise StateError("bound", f"Document {name} exceeds max_bytes")
     return decode_value(spec.model, text, f"document {name}")
-
-
-def document_write(
-    *, extension_id: str, name: str, spec: Document[Any], conversation_id: str, value: Any
-) -> Any:
-    """Validate, bound and store a document (inside the caller's frame)."""
-    check_conversation_id(conversation_id)
-    encoded = encode_value(spec.model, value, f"document {name}")
-    if len(encoded.encode()) > spec.max_bytes:
-        raise StateError("bound", f"Document {name} exceeds max_bytes ({spec.max_bytes})")
-    if not Conversation.objects.filter(pk=conversation_id).exists():
-        raise StateError("bound", f"Conversation {conversation_id} does not exist")
-    ExtensionDocument.objects.update_or_create(
-        extension_id=extension_id,
-        name=name,
-        conversation_id=conversation_id,
-        defaults={"value": encoded},
-    )
-    return spec.model.model_validate_json(encoded)
 
 
 def documents_declare(*, extension_id: str, documents: dict[str, Document[Any]]) -> None:

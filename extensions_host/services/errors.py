@@ -1,10 +1,14 @@
-"""Typed SDK failures → the host's error model (spec 02 §3, after the seed's commandFailure)."""
+"""Typed SDK failures → the host's error model (spec 02 §3, after the seed's commandFailure).
+
+Their messages go to API callers: redacted of the extension's secrets like stop reasons are
+(spec 02 §6: messages never include secrets), then bounded."""
 
 from __future__ import annotations
 
 import math
 
 from core.errors import HostError, bound_text
+from extensions_host.runtime.stops import redact
 from extensions_host.sdk import AdmissionError, CommandError, SdkError, StateError
 
 MESSAGE_MAX = 512
@@ -37,7 +41,12 @@ _STATE = {
 }
 
 
-def host_error_for(error: SdkError) -> HostError:
+def _caller_message(text: str, extension_id: str) -> str:
+    """A message of the extension's code as a caller may see it."""
+    return bound_text(redact(text, extension_id), MESSAGE_MAX)
+
+
+def host_error_for(error: SdkError, *, extension_id: str) -> HostError:
     """The caller-facing error for a typed failure of a command, route or `transact`."""
     table = (
         _COMMAND
@@ -53,7 +62,7 @@ def host_error_for(error: SdkError) -> HostError:
     return HostError(
         category,
         cause,
-        bound_text(error.message, MESSAGE_MAX),  # type: ignore[arg-type]
+        _caller_message(error.message, extension_id),  # type: ignore[arg-type]
         retry_after=retry_after,
     )
 
@@ -63,6 +72,6 @@ def retry_error(*, extension_id: str, after_seconds: float | None, reason: str) 
     return HostError(
         "extensions",
         "unavailable",
-        bound_text(f"Extension {extension_id} asked to retry: {reason}", MESSAGE_MAX),
+        _caller_message(f"Extension {extension_id} asked to retry: {reason}", extension_id),
         retry_after=max(1, math.ceil(after_seconds or 1)),
     )

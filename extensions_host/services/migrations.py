@@ -8,13 +8,16 @@ import json
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
+from core.db import is_transient
 from extensions_host.models import ExtensionRecord, MigrationStaging, RosterEntry
 from extensions_host.registry import LoadedExtension
-from extensions_host.sdk import MAX_KEY_CHARS, MAX_RECORD_BYTES, Extension
+from extensions_host.sdk import MAX_RECORD_BYTES, Extension, StateError
 from extensions_host.services.quotas import usage_recount
+from extensions_host.services.records import check_key
 
 BATCH = 500
 Step = Callable[[dict[str, Any]], list[dict[str, Any]]]
@@ -52,6 +55,14 @@ def state_migrate(*, loaded: LoadedExtension, row: RosterEntry) -> str | None:
                     rows.close()  # the server-side cursor closes before the savepoint ends
         except MigrationFailed as exc:
             return f"migration: {exc}"
+        except (DatabaseError, ValueError) as exc:
+            # the database refused the output after every check passed (a driver's encoding
+            # error is a ValueError): the savepoint is rolled back and only this extension
+            # stops; a transient error is the host's and fails the sync, to be retried
+            if is_transient(exc):
+                raise
+            first_line = str(exc).strip().split("\n", 1)[0]
+            return f"migration: the database refused the migrated records: {first_line}"
     row.state_version = declared
     row.ledger_revision = loaded.revision
     return None
@@ -100,18 +111,17 @@ def _staged(definition: Extension, item: Any) -> MigrationStaging:
     spec = definition.collections.get(collection) if isinstance(collection, str) else None
     if spec is None:
         raise MigrationFailed(f"a migrated record names an undeclared collection {collection!r}")
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS:
-        raise MigrationFailed(f"a migrated {collection} record key must be 1..256 characters")
+    key = _checked_key(key, f"a migrated {collection} record key")
     try:
         instance = spec.model.model_validate(item["value"])
         encoded = instance.model_dump_json()
         index = spec.index(instance) if spec.index is not None else None
-    except ValidationError as exc:
+    except (ValidationError, PydanticSerializationError) as exc:
         raise MigrationFailed(f"a migrated {collection} record is invalid") from exc
     except Exception as exc:  # the extension's index function
         raise MigrationFailed(f"a migrated {collection} record has no valid index: {exc}") from exc
-    if index is not None and (not isinstance(index, str) or not 1 <= len(index) <= MAX_KEY_CHARS):
-        raise MigrationFailed(f"a migrated {collection} record index must be 1..256 characters")
+    if index is not None:
+        index = _checked_key(index, f"a migrated {collection} record index")
     size = len(encoded.encode())
     if size > MAX_RECORD_BYTES:
         raise MigrationFailed(f"a migrated {collection} record exceeds 1 MiB")
@@ -123,6 +133,14 @@ def _staged(definition: Extension, item: Any) -> MigrationStaging:
         value=encoded,
         size_bytes=size,
     )
+
+
+def _checked_key(value: Any, what: str) -> str:
+    """`records.check_key` (the bounds a put checks), its violation failing the migration."""
+    try:
+        return check_key(value, what)
+    except StateError as exc:
+        raise MigrationFailed(exc.message) from exc
 
 
 def _stored_rows(extension_id: str) -> Generator[tuple[str, str, str], None, None]:

@@ -7,6 +7,11 @@ or once per page and extension in a group commit) plus the deltas not committed 
 overshoot is bounded by what frames running at the same time write — at most a page of writes
 each. In a page, a frame's delta joins the page's on success and the page adds them to the
 slots in one statement per extension just before it commits (`PageUsage`).
+
+`max_bytes` counts record values only. Documents belong to conversations: a conversation's
+deletion (retention, staff) removes them and a fork copies them, outside any frame of the
+extension, so per-extension deltas would drift; each document is bounded by its own declared
+`max_bytes` (≤ 1 MiB) instead.
 """
 
 from __future__ import annotations

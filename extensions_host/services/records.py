@@ -1,7 +1,8 @@
 """Collections: records of a declared model, keyed and optionally indexed (spec 02 §4).
 
-Bounds (checked before anything is written): key and index 1..256 characters, encoded value
-≤ 1 MiB, pages of 1..64 ordered by key with an `after` cursor and an optional index filter.
+Bounds (checked before anything is written): key and index 1..256 characters the database can
+store (no NUL, valid Unicode), encoded value ≤ 1 MiB, pages of 1..64 ordered by key with an
+`after` cursor and an optional index filter.
 Guards (who may write, when) live in the runtime; these functions hold the storage rules.
 """
 
@@ -13,19 +14,29 @@ from django.db import connection
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from core.validation import text_problem
 from extensions_host.models import ExtensionRecord
 from extensions_host.sdk import MAX_KEY_CHARS, MAX_RECORD_BYTES, Collection, Extension, StateError
 from extensions_host.services.quotas import usage_charge
 
 if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
+
     from extensions_host.runtime.current import Frame
 
 MAX_PAGE = 64
 
 
 def check_key(value: Any, what: str) -> str:
+    """A key, index or cursor within bounds; the one check of records and migrations alike.
+
+    A text the database cannot hold (a NUL on PostgreSQL, a lone surrogate anywhere) is a bound
+    violation here, before anything is written, not a driver error (`unavailable`) later."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS:
         raise StateError("bound", f"{what} must be 1..{MAX_KEY_CHARS} characters")
+    problem = text_problem(value)
+    if problem is not None:
+        raise StateError("bound", f"{what} cannot be stored: {problem}")
     return value
 
 
@@ -113,14 +124,8 @@ def record_put(*, frame: Frame, collection: str, spec: Collection[Any], value: A
     insert or the update."""
     key, index, encoded, size = encode_record(spec, collection, value)
     table = _table()
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id, size_bytes FROM {table} "  # noqa: S608 (our table name)
-            f"WHERE extension_id = %s AND collection = %s AND key = %s{lock}",
-            [frame.extension_id, collection, key],
-        )
-        existing = cursor.fetchone()
+        existing = _locked(cursor, frame=frame, collection=collection, key=key)
         if existing is None:
             usage_charge(frame=frame, records=1, size=size)
             cursor.execute(
@@ -143,17 +148,31 @@ def _table() -> str:
     return connection.ops.quote_name(ExtensionRecord._meta.db_table)
 
 
-def record_remove(*, frame: Frame, collection: str, key: str) -> bool:
-    check_key(key, "A record key")
-    row = (
-        ExtensionRecord.objects.filter(
-            extension_id=frame.extension_id, collection=collection, key=key
-        )
-        .values_list("pk", "size_bytes")
-        .first()
+def _locked(
+    cursor: CursorWrapper, *, frame: Frame, collection: str, key: str
+) -> tuple[int, int] | None:
+    """(id, size in bytes) of the record, its row locked until the frame ends (a row another
+    frame deleted meanwhile is not found once that frame commits)."""
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    cursor.execute(
+        f"SELECT id, size_bytes FROM {_table()} "  # noqa: S608 (our table name)
+        f"WHERE extension_id = %s AND collection = %s AND key = %s{lock}",
+        [frame.extension_id, collection, key],
     )
-    if row is None:
-        return False
-    ExtensionRecord.objects.filter(pk=row[0]).delete()
-    usage_charge(frame=frame, records=-1, size=-row[1])
+    return cursor.fetchone()
+
+
+def record_remove(*, frame: Frame, collection: str, key: str) -> bool:
+    """Delete the record. Its row is locked first (as in `record_put`): of two frames removing
+    one key at once, the second waits and then finds nothing, so the usage is charged once."""
+    check_key(key, "A record key")
+    with connection.cursor() as cursor:
+        existing = _locked(cursor, frame=frame, collection=collection, key=key)
+        if existing is None:
+            return False
+        pk, size = existing
+        cursor.execute(f"DELETE FROM {_table()} WHERE id = %s", [pk])  # noqa: S608
+        if not cursor.rowcount:
+            return False
+    usage_charge(frame=frame, records=-1, size=-size)
     return True

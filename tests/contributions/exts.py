@@ -6,8 +6,17 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import JsonResponse
+from pydantic import BaseModel
 
-from extensions_host.sdk import Extension, Notifier, Provider, Route, SlashCommand, WebUIBundle
+from extensions_host.sdk import (
+    Collection,
+    Extension,
+    Notifier,
+    Provider,
+    Route,
+    SlashCommand,
+    WebUIBundle,
+)
 
 # Filled by handlers so tests can assert a handler ran (or never ran).
 calls: list[str] = []
@@ -42,8 +51,29 @@ def make_routes_ext(
     )
 
 
+class Note(BaseModel):
+    key: str
+
+
+def make_notes_route_ext(
+    handler: Callable[..., Any], *, deadline_s: float | None = None
+) -> Extension:
+    """`POST /v1/ext/notes/me` with its own deadline `deadline_s`, and a `note` collection."""
+    return Extension(
+        id="notes",
+        version="1.0.0",
+        grants={"routes", "state"},
+        collections={"note": Collection(Note, key=lambda note: note.key)},
+        routes=[Route("POST", "me", handler=handler, deadline_s=deadline_s)],
+    )
+
+
 def make_slash_ext(
-    ext_id: str = "todo", *, run: Callable[..., Any] | None = None, name: str = "todo"
+    ext_id: str = "todo",
+    *,
+    run: Callable[..., Any] | None = None,
+    name: str = "todo",
+    deadline_s: float | None = None,
 ) -> Extension:
     def default(ctx: Any, invocation: Any) -> Any:
         calls.append(f"{invocation.name} {invocation.args} {invocation.username}")
@@ -54,7 +84,13 @@ def make_slash_ext(
         version="1.0.0",
         grants={"commands"},
         slash_commands=[
-            SlashCommand(name, run=run or default, description="Add a todo", args_hint="<text>")
+            SlashCommand(
+                name,
+                run=run or default,
+                description="Add a todo",
+                args_hint="<text>",
+                deadline_s=deadline_s,
+            )
         ],
     )
 

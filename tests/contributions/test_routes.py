@@ -6,13 +6,16 @@ import asyncio
 import time
 
 import pytest
+from django.db import OperationalError
 from rest_framework.test import APIClient
 
-from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.contributions.services.stores import secret_set
+from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
+from extensions_host.runtime import current_frame
 from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
 
 from . import exts
-from .exts import make_routes_ext
+from .exts import Note, make_notes_route_ext, make_routes_ext
 
 
 @pytest.fixture(autouse=True)
@@ -116,6 +119,21 @@ def test_a_typed_sdk_error_maps_to_the_error_model_without_a_stop(
     assert status("typed") == ExtensionStatus.RUNNING
 
 
+def test_a_typed_error_message_reaches_the_caller_without_the_extensions_secrets(
+    install, api, member
+):
+    def leak(ctx, request):
+        raise CommandError("invalid", f"upstream refused key={ctx.stores.secrets.get('api')}")
+
+    install(make_routes_ext("typed", handler=leak))
+    secret_set(extension_id="typed", key="api", value="upstream-key-7f3a9c2e1d")
+
+    response = api(member).get("/v1/ext/typed/me")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "upstream refused key=[redacted]"
+
+
 def test_retry_answers_503_with_retry_after_and_keeps_the_extension_running(install, api, member):
     def later(ctx, request):
         raise Retry(7, "upstream is down")
@@ -138,6 +156,74 @@ def test_a_handler_past_its_deadline_is_stopped(install, api, member):
     assert time.monotonic() - started < 1.5
     assert response.status_code == 503
     assert RosterEntry.objects.get(pk="slow").reason == "route GET me exceeded its deadline"
+
+
+def test_a_store_read_meeting_host_transient_trouble_answers_503_and_stops_nothing(
+    install, api, member, monkeypatch
+):
+    def read(ctx, request):
+        return {"found": ctx.collection("note").get("k") is not None}
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")  # SQLite's busy lock: host trouble
+
+    install(make_notes_route_ext(read))
+    monkeypatch.setattr("extensions_host.services.records.record_get", locked)
+
+    response = api(member).post("/v1/ext/notes/me")
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert response.json()["error"]["category"] == "store"
+    assert response.json()["error"]["cause"] == "unavailable"
+    assert status("notes") == ExtensionStatus.RUNNING
+
+
+def test_transact_in_a_route_has_the_request_deadline_not_the_workers(
+    install, api, member, settings
+):
+    settings.HOST_HOOK_DEADLINE_REQUEST_MS = 300
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 10_000
+    deadlines: list[float] = []
+
+    def handler(ctx, request):
+        ctx.transact(lambda tx: deadlines.append(current_frame().deadline_s))
+
+    install(make_notes_route_ext(handler, deadline_s=60))
+
+    assert api(member).post("/v1/ext/notes/me").status_code == 204
+    assert 0 < deadlines[0] <= 0.3
+
+
+@pytest.mark.parametrize("nested", ["transact", "update"])
+def test_a_frame_a_route_opens_ends_by_the_routes_deadline(install, api, member, settings, nested):
+    settings.HOST_HOOK_DEADLINE_REQUEST_MS = 5_000
+    deadlines: list[float] = []
+
+    def handler(ctx, request):
+        getattr(ctx, nested)(lambda tx: deadlines.append(current_frame().deadline_s))
+
+    install(make_notes_route_ext(handler, deadline_s=0.5))
+
+    assert api(member).post("/v1/ext/notes/me").status_code == 204
+    assert 0 < deadlines[0] <= 0.5
+
+
+def test_a_write_in_transact_never_commits_after_the_routes_deadline(install, api, member):
+    def body(tx):
+        tx.collection("note").put(Note(key="late"))
+        time.sleep(2)  # interrupted at the route's deadline (SIGALRM on this main thread)
+
+    install(make_notes_route_ext(lambda ctx, request: ctx.transact(body), deadline_s=0.1))
+    started = time.monotonic()
+
+    response = api(member).post("/v1/ext/notes/me")
+
+    assert time.monotonic() - started < 1.5
+    assert response.status_code == 503
+    # the transact's deadline and the route's are one instant: either one's stop is written
+    assert RosterEntry.objects.get(pk="notes").reason.endswith(" exceeded its deadline")
+    assert not ExtensionRecord.objects.filter(extension_id="notes").exists()
 
 
 @pytest.mark.parametrize(

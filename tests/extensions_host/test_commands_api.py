@@ -9,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from conversations.models import Conversation
+from extensions_host.contributions.services.stores import secret_set
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
 
@@ -149,6 +150,36 @@ def test_retry_is_503_with_retry_after(setup, api):
     assert roster("notes").status == ExtensionStatus.RUNNING
 
 
+def test_typed_failure_and_retry_messages_reach_the_caller_without_the_secrets(
+    install, conversation, owner, api
+):
+    def refused(ctx: Any, conversation_id: str, data: Any) -> None:
+        raise CommandError("rejected", f"upstream refused key={ctx.stores.secrets.get('api')}")
+
+    def later(ctx: Any, conversation_id: str, data: Any) -> None:
+        raise Retry(3, f"upstream 503 for key={ctx.stores.secrets.get('api')}")
+
+    commands = {
+        "refused": ({"scope": "conversation"}, refused),
+        "later": ({"scope": "conversation"}, later),
+    }
+    install(make_ext("vault", commands=commands))
+    secret_set(extension_id="vault", key="api", value="upstream-key-7f3a9c2e1d")
+    conversation("c1")
+    client = api(owner)
+
+    refusal = client.post(url("refused", ext="vault"), {}, format="json")
+    retry = client.post(url("later", ext="vault"), {}, format="json")
+
+    assert error_of(refusal) == (422, "extensions", "rejected", "upstream refused key=[redacted]")
+    assert error_of(retry) == (
+        503,
+        "extensions",
+        "unavailable",
+        "Extension vault asked to retry: upstream 503 for key=[redacted]",
+    )
+
+
 def test_a_defect_stops_the_extension_and_answers_503_with_the_reason(setup, api):
     response = api(setup).post(url("crash"), {}, format="json")
 
@@ -269,6 +300,21 @@ def test_input_that_does_not_validate_is_400_with_field_details(setup, api, body
 
     assert error_of(response) == (400, "contract", "invalid", "Extension command input is invalid")
     assert field in response.json()["error"]["details"]
+    assert not ExtensionRecord.objects.exists()
+
+
+def test_a_key_the_database_cannot_store_is_400_not_a_store_error(setup, api):
+    """A NUL in the input reaches `get(key)`: a bound violation (400) on every database, never
+    `store/unavailable` (503) from the driver, and no stop."""
+    response = api(setup).post(url("add"), {"key": "a\x00b", "n": 1}, format="json")
+
+    assert error_of(response) == (
+        400,
+        "contract",
+        "invalid",
+        "A record key cannot be stored: Null characters are not allowed.",
+    )
+    assert roster("notes").status == ExtensionStatus.RUNNING
     assert not ExtensionRecord.objects.exists()
 
 

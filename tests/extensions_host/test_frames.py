@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import json
 import logging
 import threading
 import time
@@ -15,7 +17,7 @@ from core.errors import HostError
 from core.models import AuditEntry
 from extensions_host import registry
 from extensions_host.models import ExtensionRecord, ExtensionStatus
-from extensions_host.runtime import run_frame, secret_sources
+from extensions_host.runtime import detached_context, run_frame, secret_sources
 from extensions_host.sdk import ExtensionStop, Retry, StateError, TimerEvent
 
 from .conftest import fire_timer, roster
@@ -136,6 +138,26 @@ def test_secrets_and_bearer_tokens_are_redacted_from_the_reason(install, monkeyp
     assert reason.count("[redacted]") == 4
 
 
+@pytest.mark.parametrize(
+    "secret", ["pa\\ss-word-1234", "two\nlines-1234", 'quo"ted-1234', "ünïcode-1234"]
+)
+def test_a_secret_quoted_escaped_in_the_reason_is_redacted_too(install, monkeypatch, secret):
+    monkeypatch.setattr(
+        "extensions_host.runtime.stops.secret_sources",
+        [*secret_sources, lambda ext_id: [secret] if ext_id == "alpha" else []],
+    )
+
+    def hook(ctx: Any, timer: Any) -> None:
+        raise RuntimeError(f"{secret!r} in {json.dumps({'key': secret})}")
+
+    install(make_ext("alpha", on_timer=hook))
+
+    fire_timer("alpha")
+
+    redacted = json.dumps({"key": "[redacted]"})
+    assert roster("alpha").reason == f"on_timer defect: '[redacted]' in {redacted}"
+
+
 def test_a_stop_logs_one_structured_event_with_the_id_stored_on_the_row(install, caplog):
     install(make_ext("alpha", on_timer=raise_after_write("boom")))
 
@@ -210,6 +232,33 @@ def test_a_write_with_another_extensions_context_stops_the_extension_that_made_i
     assert roster("beta").status == ExtensionStatus.STOPPED
     assert roster("alpha").status == ExtensionStatus.RUNNING
     assert records("alpha") == [] and records("beta") == []
+
+
+@pytest.mark.parametrize("crossing", ["copied context", "asyncio.to_thread"])
+def test_a_write_from_another_thread_with_the_frames_context_is_a_defect(install, crossing):
+    errors: list[BaseException] = []
+
+    def write(ctx: Any) -> None:
+        try:
+            ctx.observe("c1")  # a write guard, no database (this thread has no transaction)
+        except BaseException as exc:  # what a careless extension does
+            errors.append(exc)
+
+    def hook(ctx: Any, timer: Any) -> None:
+        if crossing == "asyncio.to_thread":
+            asyncio.run(asyncio.to_thread(write, ctx))
+            return
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(write, ctx))
+        thread.start()
+        thread.join()
+
+    install(make_ext("alpha", on_timer=hook))
+
+    outcome = fire_timer("alpha")
+
+    assert [type(exc).__name__ for exc in errors] == ["FrameDefect"]
+    assert outcome.reason == "on_timer defect: Extension write used from another thread"
+    assert roster("alpha").status == ExtensionStatus.STOPPED
 
 
 def test_a_read_only_hook_refuses_writes_and_stops_its_extension(install):
@@ -379,6 +428,26 @@ def test_a_host_transient_database_error_is_retried_and_stops_nothing(install):
     assert list(ExtensionRecord.objects.values_list("key", "value")) == [
         ("k", '{"key":"k","n":2,"tag":null,"blob":""}')
     ]
+
+
+def test_host_transient_trouble_in_a_read_outside_any_frame_is_store_unavailable(
+    install, monkeypatch
+):
+    def locked(**kwargs: Any) -> None:
+        raise OperationalError("database is locked")
+
+    install(make_ext("alpha"))
+    ctx = detached_context(extension_id="alpha", hook="worker w")
+    monkeypatch.setattr("extensions_host.services.records.record_get", locked)
+
+    # an ordinary exception every runner (route, slash command, notifier, worker) reads as host
+    # trouble; there is no frame to retry, and it is never the extension's defect
+    with pytest.raises(HostError) as raised:
+        ctx.collection("item").get("k")
+
+    error = raised.value
+    assert (error.category, error.cause, error.retry_after) == ("store", "unavailable", 1)
+    assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
 def test_a_lock_timeout_that_took_the_hook_past_its_deadline_is_retried_not_a_stop(install):

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+from django.db import connection
 from pydantic import BaseModel
 
+from core.validation import PROBLEM_NOT_UNICODE, PROBLEM_NUL
 from extensions_host import registry
-from extensions_host.models import ExtensionRecord, ExtensionStatus
+from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import run_frame
 from extensions_host.sdk import Collection, Extension
+from extensions_host.services import migrations
 from extensions_host.services.quotas import usage_totals
 from extensions_host.services.roster import roster_sync
 
@@ -194,3 +198,70 @@ def test_a_duplicate_key_from_a_migration_writes_nothing(install):
 
     assert snapshot("todos") == before
     assert roster("todos").reason == "migration: migrated records have duplicate keys"
+
+
+def sync_goes_on_for_the_others() -> None:
+    """`todos` failed: the sync still installed `gamma` and left `beta` running."""
+    assert RosterEntry.objects.get(pk="gamma").status == ExtensionStatus.RUNNING
+    assert roster("beta").status == ExtensionStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("step", "reason"),
+    [
+        (
+            lambda row: [row | {"collection": "task", "key": row["key"] + "\x00"}],
+            f"migration: a migrated task record key cannot be stored: {PROBLEM_NUL}",
+        ),
+        (
+            lambda row: [row | {"collection": "task", "key": row["key"] + "\ud800"}],
+            f"migration: a migrated task record key cannot be stored: {PROBLEM_NOT_UNICODE}",
+        ),
+        (
+            lambda row: [row | {"collection": "task", "value": row["value"] | {"parent": "\x00"}}],
+            f"migration: a migrated task record index cannot be stored: {PROBLEM_NUL}",
+        ),
+        (
+            lambda row: [row | {"collection": "task", "value": row["value"] | {"text": "\ud800"}}],
+            "migration: a migrated task record is invalid",
+        ),
+    ],
+    ids=[
+        "key with a NUL",
+        "key with a lone surrogate",
+        "index with a NUL",
+        "value with a lone surrogate",
+    ],
+)
+def test_a_migrated_record_the_database_cannot_store_stops_only_that_extension(
+    install, step, reason
+):
+    before = seed_v1(install)
+
+    install(v3(s2=step), make_ext("beta"), make_ext("gamma"))
+
+    assert snapshot("todos") == before
+    row = roster("todos")
+    assert (row.status, row.reason, row.state_version) == (ExtensionStatus.STOPPED, reason, 1)
+    sync_goes_on_for_the_others()
+
+
+def test_a_database_error_writing_a_migrations_output_stops_only_that_extension(
+    install, monkeypatch
+):
+    """Whatever the database refuses past the checks fails this migration, not the sync."""
+    before = seed_v1(install)
+    monkeypatch.setattr(migrations, "check_key", lambda value, what: value)  # no key checks
+    refused = "\x00" if connection.vendor == "postgresql" else "\ud800"  # the driver refuses it
+
+    install(
+        v3(s2=lambda row: [row | {"collection": "task", "key": row["key"] + refused}]),
+        make_ext("beta"),
+        make_ext("gamma"),
+    )
+
+    assert snapshot("todos") == before
+    row = roster("todos")
+    assert row.status == ExtensionStatus.STOPPED
+    assert row.reason.startswith("migration: the database refused the migrated records: ")
+    sync_goes_on_for_the_others()

@@ -3,6 +3,7 @@ everywhere, a stop waits for frames in flight, transient database errors never s
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -11,12 +12,13 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from extensions_host.models import ExtensionRecord, ExtensionStatus
+from extensions_host.models import ExtensionDocument, ExtensionRecord, ExtensionStatus
 from extensions_host.runtime import extension_stop, run_frame
+from extensions_host.services.quotas import usage_totals
 from extensions_host.services.roster import roster_sync
 
 from .conftest import fire_timer, roster
-from .exts import Item, make_ext
+from .exts import Item, Pad, make_ext
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -100,6 +102,30 @@ def test_a_stop_waits_for_an_in_flight_frame_and_no_frame_starts_after_it(instal
     assert list(ExtensionRecord.objects.values_list("key", flat=True)) == ["in-flight"]
     assert roster("alpha").status == ExtensionStatus.STOPPED
     assert fire_timer("alpha").skip == "stopped"
+
+
+def test_a_write_from_a_thread_with_the_frames_context_never_escapes_the_frame(install):
+    """That thread's connection is not in the frame's transaction: its write would commit on
+    its own, whatever becomes of the frame."""
+    results: list[Any] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        ctx.collection("item").put(Item(key="own"))
+        context = contextvars.copy_context()  # what `asyncio.to_thread` hands its thread
+        thread, result = in_thread(
+            lambda: context.run(ctx.collection("item").put, Item(key="escaped"))
+        )
+        thread.join(timeout=30)
+        results.extend(result)
+
+    install(make_ext("alpha", on_timer=hook))
+
+    outcome = fire_timer("alpha")
+
+    assert [type(result).__name__ for result in results] == ["FrameDefect"]
+    assert outcome.reason == "on_timer defect: Extension write used from another thread"
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert not ExtensionRecord.objects.exists()
 
 
 def test_a_deadlock_inside_frames_is_retried_and_stops_nothing(install):
@@ -247,3 +273,82 @@ def test_a_lock_timeout_inside_a_hook_is_retried_and_never_stops_the_extension(i
     assert len(attempts) == 2
     assert roster("alpha").status == ExtensionStatus.RUNNING
     assert ExtensionRecord.objects.get().value.startswith('{"key":"k","n":2')
+
+
+def first_holds_while_second_runs(
+    first: Callable[[Any], Any], second: Callable[[Any], Any]
+) -> tuple[Any, Any]:
+    """Run `first` in a frame until it has written and signals `written` (its frame still
+    open), start `second` in another frame, let `first` commit once `second` waits for a lock;
+    both outcomes."""
+    written, release = threading.Event(), threading.Event()
+
+    def holding(ctx: Any) -> Any:
+        value = first(ctx)
+        written.set()
+        assert release.wait(timeout=20)
+        return value
+
+    one, one_result = in_thread(lambda: run_frame(extension_id="alpha", hook="test", call=holding))
+    assert written.wait(timeout=20)
+    two, two_result = in_thread(lambda: run_frame(extension_id="alpha", hook="test", call=second))
+    wait_until(someone_waits_for_a_lock)
+    release.set()
+    one.join(timeout=30)
+    two.join(timeout=30)
+    return one_result[0], two_result[0]
+
+
+def append(text: str) -> Callable[[Any], Any]:
+    return lambda ctx: ctx.document("pad").update("c1", lambda pad: Pad(text=pad.text + text))
+
+
+def stored_pad() -> str:
+    return ExtensionDocument.objects.get(extension_id="alpha", name="pad").value
+
+
+def test_concurrent_updates_of_one_document_apply_one_after_the_other(install, conversation):
+    """The second update reads the document under its row lock, after the first committed."""
+    install(make_ext("alpha"))
+    conversation("c1")
+    assert run_frame(extension_id="alpha", hook="test", call=append("")).ok
+
+    one, two = first_holds_while_second_runs(append("A"), append("B"))
+
+    assert one.ok and two.ok
+    assert stored_pad() == '{"text":"AB"}'
+
+
+def test_concurrent_first_updates_of_a_document_wait_for_each_other_without_a_retry(
+    install, conversation
+):
+    """No row yet: the first update inserts the row it locks, so the second waits for it rather
+    than also starting from the initial value (and losing, or retrying, its frame)."""
+    install(make_ext("alpha"))
+    conversation("c1")
+    attempts: list[int] = []
+
+    def second(ctx: Any) -> Any:
+        attempts.append(1)
+        return append("B")(ctx)
+
+    one, two = first_holds_while_second_runs(append("A"), second)
+
+    assert one.ok and two.ok
+    assert stored_pad() == '{"text":"AB"}'
+    assert len(attempts) == 1
+
+
+def test_concurrent_removes_of_one_record_remove_it_once_and_charge_the_usage_once(install):
+    install(make_ext("alpha"))
+    put = lambda key: lambda ctx: ctx.collection("item").put(Item(key=key))  # noqa: E731
+    assert run_frame(extension_id="alpha", hook="test", call=put("k")).ok
+    assert run_frame(extension_id="alpha", hook="test", call=put("keep")).ok
+    remove = lambda ctx: ctx.collection("item").remove("k")  # noqa: E731
+
+    one, two = first_holds_while_second_runs(remove, remove)
+
+    assert (one.value, two.value) == (True, False)
+    kept = ExtensionRecord.objects.get(extension_id="alpha")
+    assert kept.key == "keep"
+    assert usage_totals(extension_id="alpha") == (1, kept.size_bytes)

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
 
 from conversations.models import Conversation
+from core.validation import PROBLEM_NUL
 from extensions_host.models import ExtensionDocument, ExtensionRecord, UsageSlot
 from extensions_host.runtime import run_frame
 from extensions_host.sdk import MAX_RECORD_BYTES, StateError
@@ -56,6 +58,24 @@ def blob_for(total_bytes: int) -> str:
         ("wrong type", lambda c: c.collection("item").put(Pad(text="x")), "encode"),
         ("undeclared", lambda c: c.collection("nope").put(Item(key="k")), "bound"),
         ("get key bound", lambda c: c.collection("item").get("k" * 257), "bound"),
+        # text the database cannot store: a NUL (PostgreSQL), a lone surrogate (any database)
+        ("key with a NUL", lambda c: c.collection("item").put(Item(key="a\x00b")), "bound"),
+        (
+            "index with a NUL",
+            lambda c: c.collection("item").put(Item(key="k", tag="t\x00")),
+            "bound",
+        ),
+        ("get key with a NUL", lambda c: c.collection("item").get("a\x00b"), "bound"),
+        ("get key with a surrogate", lambda c: c.collection("item").get("a\ud800"), "bound"),
+        ("cursor with a NUL", lambda c: c.collection("item").page(after="a\x00"), "bound"),
+        ("cursor with a surrogate", lambda c: c.collection("item").page(after="\udfff"), "bound"),
+        ("page index with a NUL", lambda c: c.collection("item").page(index="t\x00"), "bound"),
+        ("remove key with a NUL", lambda c: c.collection("item").remove("a\x00b"), "bound"),
+        (
+            "value with a surrogate",
+            lambda c: c.collection("item").put(Item(key="k", blob="\ud800")),
+            "encode",
+        ),
     ],
 )
 def test_each_record_bound_is_a_typed_error_and_nothing_is_written(alpha, case, body, kind):
@@ -70,6 +90,26 @@ def test_each_record_bound_is_a_typed_error_and_nothing_is_written(alpha, case, 
     assert outcome.error.kind == kind
     assert stored() == []
     assert roster("alpha").status == "running"
+
+
+def test_a_key_the_database_cannot_store_is_refused_saying_why(alpha):
+    outcome = write(lambda c: c.collection("item").get("a\x00b"))
+
+    assert outcome.error.message == f"A record key cannot be stored: {PROBLEM_NUL}"
+    assert roster("alpha").status == "running"
+
+
+def test_a_nul_inside_a_value_or_a_document_is_stored_and_read_back(alpha, conversation):
+    conversation("c1")
+
+    def body(ctx: Any) -> None:
+        ctx.collection("item").put(Item(key="k", blob="a\x00b"))
+        ctx.document("pad").update("c1", lambda p: Pad(text="a\x00b"))
+
+    assert write(body).ok
+    assert write(
+        lambda c: (c.collection("item").get("k").blob, c.document("pad").read("c1").text)
+    ).value == ("a\x00b", "a\x00b")
 
 
 def test_a_value_of_exactly_1_mib_is_accepted(alpha):
@@ -172,6 +212,11 @@ def test_a_document_reads_its_initial_value_then_what_was_written(alpha, convers
         ("bad conversation id", lambda c: c.document("pad").read("no spaces"), "bound"),
         ("missing conversation", lambda c: c.document("pad").update("c9", lambda p: p), "bound"),
         ("undeclared", lambda c: c.document("nope").read("c1"), "bound"),
+        (
+            "lone surrogate",
+            lambda c: c.document("pad").update("c1", lambda p: Pad(text="\ud800")),
+            "encode",
+        ),
     ],
 )
 def test_document_bounds_are_typed_errors_and_nothing_is_written(
@@ -184,6 +229,20 @@ def test_document_bounds_are_typed_errors_and_nothing_is_written(
     assert outcome.status == "failed", case
     assert outcome.error.kind == kind
     assert not ExtensionDocument.objects.exists()
+
+
+def test_a_failed_first_update_that_the_hook_swallows_leaves_no_document(alpha, conversation):
+    """The row a first update inserts to lock is rolled back with it: reads still see `initial`."""
+    conversation("c1")
+
+    def body(ctx: Any) -> None:
+        with contextlib.suppress(StateError):
+            ctx.document("pad").update("c1", lambda p: Pad(text="x" * 300))  # over max_bytes
+        ctx.collection("item").put(Item(key="k"))
+
+    assert write(body).ok
+    assert not ExtensionDocument.objects.exists()
+    assert write(lambda c: c.document("pad").read("c1")).value == Pad()
 
 
 def test_a_stored_document_that_no_longer_decodes_is_a_decode_error(alpha, conversation):

@@ -119,7 +119,7 @@ def route_dispatch(
         service=principal.service,
     )
     hook = route_hook_name(route)
-    ctx = detached_context(extension_id=extension_id, hook=hook, caller=caller)
+    ctx = detached_context(extension_id=extension_id, hook=hook, caller=caller, boundary="request")
     if ctx is None:
         raise HostError("extensions", "unavailable", "Extension is unavailable")
     request.principal = principal  # type: ignore[attr-defined]

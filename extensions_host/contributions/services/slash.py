@@ -96,7 +96,7 @@ def slash_command_run(
     username = principal.user.get_username()
     caller = Caller(username=username, admin=principal.admin, service=principal.service)
     hook = f"slash {name}"
-    ctx = detached_context(extension_id=owner, hook=hook, caller=caller)
+    ctx = detached_context(extension_id=owner, hook=hook, caller=caller, boundary="request")
     if ctx is None:
         raise HostError("extensions", "unavailable", "Extension is unavailable")
     invocation = SlashInvocation(
