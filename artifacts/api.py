@@ -23,7 +23,6 @@ from rest_framework.views import APIView
 
 from artifacts import selectors, services
 from artifacts.choices import ID_MAX, MESSAGE_MAX, NAME_MAX
-from artifacts.selectors import MSG_OPERATION_NOT_FOUND
 from artifacts.serializers import (
     AttemptOutputSerializer,
     ClearOutputSerializer,
@@ -43,7 +42,7 @@ from artifacts.serializers import (
 from artifacts.services.followups import FAIL_STATUSES, MAX_COMPLETED_REQUESTS
 from artifacts.types import OperationContext, RequestContext
 from conversations.selectors import conversation_get
-from core.api_base import StrictSerializer
+from core.api_base import IdPagination, ListQuerySerializer, Pagination, StrictSerializer
 from core.auth import principal_of
 from core.errors import HostError
 from core.permissions import Admin, AllowAnonymousReads, Runtime
@@ -61,6 +60,19 @@ def _valid(serializer_class: type[serializers.Serializer], request: Request) -> 
 def _world(request: Request, world_id: str) -> None:
     """404 unless the world is a conversation the principal may read."""
     conversation_get(principal=principal_of(request), conversation_id=world_id)
+
+
+def _valid_query(
+    serializer_class: type[serializers.Serializer], request: Request
+) -> dict[str, Any]:
+    # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+    serializer = serializer_class(data=request.query_params.dict())
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _links(paginator: Pagination) -> dict[str, str | None]:
+    return {"next": paginator.get_next_link(), "previous": paginator.get_previous_link()}
 
 
 def _query_text(request: Request, name: str, limit: int) -> str | None:
@@ -126,7 +138,9 @@ class ArtifactEmitApi(APIView):
     @extend_schema_serializer(component_name="ArtifactEmitInput")
     class InputSerializer(StrictSerializer):
         context = RequestContextSerializer()
-        output = StrictCharField(max_length=NAME_MAX, allow_blank=True)
+        # no length bound: an undeclared output of any length is the model's error, a rejection
+        # (the body limit bounds it)
+        output = StrictCharField(allow_blank=True)
         payload = serializers.JSONField(allow_null=True)
         tool_call_id = StrictCharField(max_length=ID_MAX, allow_blank=True)
 
@@ -154,7 +168,9 @@ class ArtifactClearApi(APIView):
     @extend_schema_serializer(component_name="ArtifactClearInput")
     class InputSerializer(StrictSerializer):
         context = RequestContextSerializer()
-        output = StrictCharField(max_length=NAME_MAX, allow_blank=True)
+        # no length bound: an undeclared output of any length is the model's error, a rejection
+        # (the body limit bounds it)
+        output = StrictCharField(allow_blank=True)
         tool_call_id = StrictCharField(max_length=ID_MAX, allow_blank=True)
 
     @extend_schema(
@@ -222,7 +238,7 @@ class CoreMaterializationPendingApi(APIView):
 
 
 class CoreFailedApi(APIView):
-    """`mark_core_failed` (404 when there is no such operation)."""
+    """`mark_core_failed` (409 when there is no such operation)."""
 
     permission_classes = [Runtime]
 
@@ -234,15 +250,13 @@ class CoreFailedApi(APIView):
     @extend_schema(
         operation_id="artifacts_core_failed",
         request=InputSerializer,
-        responses={200: FollowupSummarySerializer, **error_responses(*WRITE_ERRORS, 404)},
+        responses={200: FollowupSummarySerializer, **error_responses(*WRITE_ERRORS)},
     )
     def post(self, request: Request) -> Response:
         data = _valid(self.InputSerializer, request)
         summary = services.operation_mark_core_failed(
             operation_id=data["operation_id"], message=data.get("message")
         )
-        if summary is None:
-            raise HostError("store", "not_found", MSG_OPERATION_NOT_FOUND)
         return Response(summary_data(summary))
 
 
@@ -407,61 +421,74 @@ class WorldArtifactsApi(APIView):
         return Response({"world_id": world_id, "items": items})
 
 
+class FollowupPagination(Pagination):
+    ordering = "id"  # the seed orders its summaries by operation id
+
+
+class DebugPagination(IdPagination):
+    ordering = "-sequence"  # newest first
+
+
 class WorldFollowupsApi(APIView):
-    """`read_followup_summaries`."""
+    """`read_followup_summaries`, a page at a time."""
 
     permission_classes = [AllowAnonymousReads]
 
     @extend_schema(
         operation_id="worlds_artifacts_followups",
+        parameters=[ListQuerySerializer],
         responses={
             200: inline_serializer(
-                "WorldFollowups",
+                "WorldFollowupsPage",
                 {
                     "world_id": serializers.CharField(),
-                    "followups": FollowupSummarySerializer(many=True),
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": FollowupSummarySerializer(many=True),
                 },
             ),
-            **error_responses(401, 404),
+            **error_responses(400, 401, 404),
         },
     )
     def get(self, request: Request, world_id: str) -> Response:
         _world(request, world_id)
-        summaries = selectors.followup_summaries(world_id=world_id)
-        return Response({"world_id": world_id, "followups": [summary_data(s) for s in summaries]})
+        # the query is checked only once the caller may read (401/404 come first)
+        _valid_query(ListQuerySerializer, request)
+        paginator = FollowupPagination()
+        operations = selectors.followup_operations(world_id=world_id)
+        page = paginator.paginate_queryset(operations, request, view=self) or []
+        results = [summary_data(selectors.followup_summary(op)) for op in page]
+        return Response({"world_id": world_id, **_links(paginator), "results": results})
 
 
 class WorldArtifactsDebugApi(APIView):
-    """`read_debug` (admin): every record with its effective status, and the operations."""
+    """`read_debug` (admin): records with their effective status, newest first, a page at a
+    time, with the operations they belong to."""
 
     permission_classes = [Admin]
 
+    @extend_schema_serializer(component_name="WorldArtifactsDebugQuery")
+    class QuerySerializer(ListQuerySerializer):
+        operation_id = id_field(required=False, help_text="Only this operation.")
+
     @extend_schema(
         operation_id="worlds_artifacts_debug",
-        parameters=[
-            OpenApiParameter(
-                "operation_id",
-                {"type": "string", "minLength": 1, "maxLength": ID_MAX},
-                description="Only this operation.",
-            ),
-            OpenApiParameter(
-                "limit",
-                {"type": "integer", "minimum": 1, "maximum": selectors.DEBUG_LIMIT_MAX},
-                description=f"Newest records to show (1..{selectors.DEBUG_LIMIT_MAX}).",
-            ),
-        ],
+        parameters=[QuerySerializer],
         responses={200: DebugOutputSerializer, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request, world_id: str) -> Response:
         _world(request, world_id)
-        operation_id = _query_text(request, "operation_id", ID_MAX)
-        raw_limit = _query_text(request, "limit", 4) or "200"
-        if not raw_limit.isascii() or not raw_limit.isdigit():
-            raw_limit = "0"
-        limit = int(raw_limit)
-        if not 1 <= limit <= selectors.DEBUG_LIMIT_MAX:
-            raise HostError(
-                "contract", "invalid", "limit is invalid", details={"limit": ["Invalid value."]}
-            )
-        debug = selectors.debug_read(world_id=world_id, operation_id=operation_id, limit=limit)
-        return Response(debug)
+        query = _valid_query(self.QuerySerializer, request)
+        paginator = DebugPagination()
+        records = selectors.debug_records(world_id=world_id, operation_id=query.get("operation_id"))
+        page = paginator.paginate_queryset(records, request, view=self) or []
+        return Response(
+            {
+                "world_id": world_id,
+                **_links(paginator),
+                "results": selectors.debug_rows(world_id=world_id, records=page),
+                "operations": selectors.operation_states(
+                    world_id=world_id, operation_ids={r.operation_id for r in page}
+                ),
+            }
+        )

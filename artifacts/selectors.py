@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from artifacts.ephemeral import ephemeral_get_many
 from artifacts.fingerprints import payload_decode
@@ -32,6 +32,7 @@ from artifacts.models import (
     Record,
     Save,
     Strategy,
+    World,
 )
 from artifacts.types import FollowupSummary
 from conversations.selectors import conversation_contents_readable
@@ -41,7 +42,6 @@ from core.errors import HostError
 MSG_OPERATION_NOT_FOUND = "Artifact operation not found"
 
 PENDING, ACTIVE, SUPERSEDED, CLEARED = "pending", "active", "superseded", "cleared"
-DEBUG_LIMIT_MAX = 1000
 
 # Operations that can still change a world's projection (running, or an open follow-up).
 _OPEN_OPERATIONS = Q(status=OperationStatus.RUNNING) | Q(
@@ -264,44 +264,66 @@ def _record_fields(record: Record) -> dict[str, Any]:
     }
 
 
-def debug_read(
-    *, world_id: str, operation_id: str | None = None, limit: int = 200
-) -> dict[str, Any]:
-    """Every record of a world (newest `limit`, ascending) with its effective status
-    (`read_debug`), plus the world's operations."""
-    limit = max(1, min(limit, DEBUG_LIMIT_MAX))
+def debug_records(*, world_id: str, operation_id: str | None = None) -> QuerySet[Record]:
+    """A world's records (of one operation), payloads deferred: the caller orders and bounds
+    them (the API by pages, the admin by its newest)."""
     query = Record.objects.filter(world_id=world_id).defer("payload")
     if operation_id is not None:
         query = query.filter(operation_id=operation_id)
-    newest = list(query.order_by("-sequence")[: limit + 1])
-    truncated = len(newest) > limit
-    records = sorted(newest[:limit], key=lambda r: r.sequence)
-    view = world_view(world_id, records=records)
+    return query
+
+
+def debug_rows(*, world_id: str, records: list[Record]) -> list[dict[str, Any]]:
+    """`read_debug`: each record with its effective status, in the order given."""
+    # the view reads the clears after its first record: give it the oldest first
+    view = world_view(world_id, records=sorted(records, key=lambda r: r.sequence))
     payloads = _payloads(records)
-    rows = []
-    for record in records:
-        rows.append(
-            {
-                **_record_fields(record),
-                "parent_head": record.parent_head,
-                "new_head": view.head(record),
-                "invalidation": record.invalidation,
-                "tool_call_id": record.tool_call_id,
-                "payload_bytes": record.payload_bytes,
-                "payload": payloads.get(record.pk),
-                "payload_available": record.pk in payloads,
-                "payload_fingerprint": record.payload_fingerprint,
-                "status": view.status(record),
-            }
-        )
+    return [
+        {
+            **_record_fields(record),
+            "parent_head": record.parent_head,
+            "new_head": view.head(record),
+            "invalidation": record.invalidation,
+            "tool_call_id": record.tool_call_id,
+            "payload_bytes": record.payload_bytes,
+            "payload": payloads.get(record.pk),
+            "payload_available": record.pk in payloads,
+            "payload_fingerprint": record.payload_fingerprint,
+            "status": view.status(record),
+        }
+        for record in records
+    ]
+
+
+def operation_states(
+    *, world_id: str, operation_ids: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
+    """`operation_state` of the world's operations (of `operation_ids` only, if given), in the
+    order they began."""
     operations = Operation.objects.filter(world_id=world_id)
-    if operation_id is not None:
-        operations = operations.filter(pk=operation_id)
+    if operation_ids is not None:
+        operations = operations.filter(pk__in=list(operation_ids))
+    return [operation_state(op) for op in operations.order_by("created_at", "pk")]
+
+
+def debug_read(
+    *, world_id: str, operation_id: str | None = None, limit: int = 200
+) -> dict[str, Any]:
+    """The admin's debug view: the newest `limit` records (ascending) with their effective
+    status, and every operation of the world (of `operation_id` only, if given)."""
+    newest = list(
+        debug_records(world_id=world_id, operation_id=operation_id).order_by("-sequence")[
+            : limit + 1
+        ]
+    )
+    records = sorted(newest[:limit], key=lambda r: r.sequence)
     return {
         "world_id": world_id,
-        "records": rows,
-        "truncated": truncated,
-        "operations": [operation_state(op) for op in operations.order_by("created_at", "pk")],
+        "records": debug_rows(world_id=world_id, records=records),
+        "truncated": len(newest) > limit,
+        "operations": operation_states(
+            world_id=world_id, operation_ids=None if operation_id is None else [operation_id]
+        ),
     }
 
 
@@ -348,10 +370,10 @@ def followup_read(*, principal: Principal, operation_id: str) -> FollowupSummary
     return followup_summary(operation)
 
 
-def followup_summaries(*, world_id: str) -> list[FollowupSummary]:
+def followup_operations(*, world_id: str) -> QuerySet[Operation]:
     """`read_followup_summaries`: every operation of the world worth reporting (not failed at
-    the core, not completed with nothing to show), by operation id."""
-    operations = (
+    the core, not completed with nothing to show); the caller orders and pages them."""
+    return (
         Operation.objects.filter(world_id=world_id)
         .exclude(status=OperationStatus.CORE_FAILED)
         .exclude(
@@ -360,14 +382,13 @@ def followup_summaries(*, world_id: str) -> list[FollowupSummary]:
             completed_requests=[],
         )
     )
-    # ordered here, not by the database, so the order never depends on a collation
-    return [followup_summary(op) for op in sorted(operations, key=lambda op: op.pk)]
 
 
 def artifacts_version(*, world_id: str) -> int:
-    """The world's highest sequence: it grows with every artifact change (records and events
-    alike), so a live view (the conversation's event stream) can poll it cheaply to know when
-    to re-read the projection. 0 for a world without artifacts."""
+    """A counter that grows with every artifact change, so a live view (the inspector) can poll
+    it cheaply to know when to re-read the projection: the world's highest sequence (records
+    and events) plus its `state_version` (operation state written without an event). Both only
+    grow, so their sum moves whenever either does. 0 for a world without artifacts."""
     newest = [
         Record.objects.filter(world_id=world_id)
         .order_by("-sequence")
@@ -376,4 +397,6 @@ def artifacts_version(*, world_id: str) -> int:
         .order_by("-sequence")
         .values_list("sequence", flat=True)[:1],
     ]
-    return max((value for query in newest for value in query), default=0)
+    sequence = max((value for query in newest for value in query), default=0)
+    state = World.objects.filter(pk=world_id).values_list("state_version", flat=True).first()
+    return sequence + (state or 0)

@@ -222,9 +222,12 @@ class DebugRecordSerializer(serializers.Serializer):
 
 
 class DebugOutputSerializer(serializers.Serializer):
+    """A page of records, newest first, and the operations they belong to."""
+
     world_id = serializers.CharField()
-    records = DebugRecordSerializer(many=True)
-    truncated = serializers.BooleanField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = DebugRecordSerializer(many=True)
     operations = OperationOutputSerializer(many=True)
 
 

@@ -31,11 +31,11 @@ from artifacts.fingerprints import (
 )
 from artifacts.models import (
     ID_MAX,
-    NAME_MAX,
     ContentType,
     EventKind,
     Operation,
     OperationStatus,
+    ProjectionStatus,
     Record,
     Save,
 )
@@ -121,16 +121,17 @@ def clear_ignored(output: str) -> str:
 
 
 def _check_call(output: Any, tool_call_id: Any) -> None:
-    """Shape only: an over-long or non-string argument is the runtime's error (400); an
-    undeclared output or an empty tool-call id is the model's (a rejection)."""
-    for name, value, limit in (
-        ("output", output, NAME_MAX),
-        ("tool_call_id", tool_call_id, ID_MAX),
-    ):
-        if not isinstance(value, str) or len(value) > limit or "\x00" in value:
-            raise invalid(
-                MSG_ARGUMENT_INVALID, name, f"Must be a string of at most {limit}, without NUL."
-            )
+    """Shape only: a non-string argument, a NUL or an over-long tool-call id is the runtime's
+    error (400); an undeclared output (of any length: the output name is the model's argument,
+    bounded only by the request body) or an empty tool-call id is the model's (a rejection)."""
+    if not isinstance(output, str) or "\x00" in output:
+        raise invalid(MSG_ARGUMENT_INVALID, "output", "Must be a string, without NUL.")
+    if not isinstance(tool_call_id, str) or len(tool_call_id) > ID_MAX or "\x00" in tool_call_id:
+        raise invalid(
+            MSG_ARGUMENT_INVALID,
+            "tool_call_id",
+            f"Must be a string of at most {ID_MAX}, without NUL.",
+        )
 
 
 def _payload_problem(declaration: Declaration, payload: Any) -> str | None:
@@ -180,7 +181,10 @@ def _locked_read(
         output=output,
     )
     if not locked:
-        raise invariant(messages[0], operation_id=context.operation_id)
+        # The context's world has no row, so no operation of its own: an operation under this
+        # id is another world's (the read is by id alone, so with a row it is caught below).
+        exists = Operation.objects.filter(pk=context.operation_id).exists()
+        raise invariant(messages[1 if exists else 0], operation_id=context.operation_id)
     current = _checked(None if found is None else found.operation, context, messages)
     assert found is not None  # _checked raised otherwise
     return WorldMutation.locked(context.world_id, last_sequence=found.last_sequence), found, current
@@ -220,15 +224,24 @@ def _repair(mutation: WorldMutation, record: Record, operation: Operation, *, st
     `complete_followup` the operation is stale, and the seed's rule would supersede a
     `save=commit` panel that is meant to stay. So a published record is left as it is.
 
-    A record without any publication event is either a `save=commit` record awaiting its core
-    commit (`mark_core_committed` publishes it: nothing is due until the operation is
-    committed) or one whose events are genuinely missing: that one gets what the seed's rule
-    gives it.
+    A record without any publication event gets what the seed's rule gives it, but for a
+    `save=commit` record still awaiting its core commit (every one emitted before the commit,
+    until `mark_core_committed` publishes it). That one is owed only the supersede
+    (`late_superseded_operation_result`) that the projection already reads it as, its
+    operation's projection or its attempt being superseded. An operation awaiting
+    materialization is stale to the seed too, whose repeat would supersede the record, but
+    its commit still recovers the follow-up and publishes it: a repeat must not change that.
     """
     if record.activated or record.superseded or record.bound_head:
         return
     committed = operation.status == OperationStatus.CORE_COMMITTED and operation.head != ""
     if record.save_mode == Save.COMMIT and not committed:
+        superseded = (
+            operation.projection_status == ProjectionStatus.SUPERSEDED
+            or operation.request_attempts.get(record.request_id) != record.request_attempt
+        )
+        if superseded:
+            mutation.supersede(record, "late_superseded_operation_result", with_request=True)
         return
     _publish(mutation, record, operation, stale=stale)
 

@@ -77,6 +77,7 @@ def followup_begin(*, context: OperationContext) -> FollowupSummary:
         ):
             operation.followup_status = FollowupStatus.RUNNING
             mutation.save_operation(operation)
+            mutation.flush()  # transient records show again: live views must see it
     return followup_summary(operation)
 
 
@@ -178,4 +179,5 @@ def followup_resume(*, operation_id: str) -> FollowupSummary:
         operation.followup_status = FollowupStatus.RECOVERY_REQUIRED
         operation.message = MSG_CANNOT_REPLAY
         mutation.save_operation(operation)
+        mutation.flush()
     return followup_summary(operation)

@@ -2,10 +2,10 @@
 
 Recomputes every fingerprint (a record's payload, record and call fingerprints; the call
 fingerprint of each clear/ignored_call event) and running total, checks each world's sequence
-(gap-free from 1, no number used twice), each record's operation identity, each event's
-operation and record, each operation's state, and that the record columns mirroring the event
-log agree with a replay of it. Each problem names its world and, where there is one, its
-sequence.
+(gap-free from 1, no number used twice), each record's operation identity, each event's fields
+(those its kind requires and forbids, as the seed's `assertEvent`), operation and record, each
+operation's state, and that the record columns mirroring the event log agree with a replay of
+it. Each problem names its world and, where there is one, its sequence.
 """
 
 from __future__ import annotations
@@ -208,11 +208,54 @@ def _record_problems(record: Record, operation: Operation | None) -> list[str]:
     return found
 
 
+# Each kind's fields, as the seed's `assertEvent` has them: those it must carry (non-empty)
+# and those it may; every other one must be empty. "request_id/request_attempt" is a pair:
+# both or neither, the attempt at least 1.
+_REQUEST = "request_id/request_attempt"
+_CALL_FIELDS = (
+    frozenset({"output", "channel", "reason", "tool_call_id", "call_fingerprint", _REQUEST}),
+    frozenset({"key"}),
+)
+_EVENT_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    EventKind.ACTIVATE: (frozenset({"record_id"}), frozenset({_REQUEST})),
+    EventKind.BIND_HEAD: (frozenset({"record_id", "head"}), frozenset()),
+    EventKind.SUPERSEDE: (frozenset({"record_id", "reason"}), frozenset({_REQUEST})),
+    EventKind.CLEAR: _CALL_FIELDS,
+    EventKind.IGNORED_CALL: _CALL_FIELDS,
+}
+_TEXT_FIELDS = (
+    "record_id", "reason", "head", "output", "channel", "key", "tool_call_id", "call_fingerprint",
+)  # fmt: skip
+
+
+def _shape_problems(event: Event) -> list[str]:
+    """The fields `event` lacks, carries but must not, or carries half (the request pair)."""
+    fields = _EVENT_FIELDS.get(event.kind)
+    if fields is None:
+        return [f"unknown event kind {event.kind!r}"]
+    required, optional = fields
+    carried = {name for name in _TEXT_FIELDS if getattr(event, name).strip() != ""}
+    stray = {name for name in _TEXT_FIELDS if getattr(event, name) != ""} - carried
+    attempt = event.request_attempt
+    if event.request_id != "" or attempt is not None:
+        carried.add(_REQUEST)
+    found = [f"the {event.kind} event lacks {name}" for name in sorted(required - carried)]
+    found += [
+        f"the {event.kind} event must not carry {name}"
+        for name in sorted((carried | stray) - required - optional)
+    ]
+    if _REQUEST in carried and not (
+        event.request_id.strip() != "" and attempt is not None and attempt >= 1
+    ):
+        found.append(f"the {event.kind} event carries a partial request attempt")
+    return found
+
+
 def _event_problems(event: Event, operation: Operation, records: dict[str, Record]) -> list[str]:
-    found: list[str] = []
-    if event.kind in _RECORD_EVENTS:
+    found = _shape_problems(event)
+    if event.kind in _RECORD_EVENTS and event.record_id:
         record = records.get(event.record_id)
-        if not event.record_id or record is None:
+        if record is None:
             found.append(f"the {event.kind} event names a missing record {event.record_id!r}")
         elif record.operation_id != event.operation_id:
             found.append("the event does not match its record's operation")
@@ -221,20 +264,12 @@ def _event_problems(event: Event, operation: Operation, records: dict[str, Recor
             or operation.head != event.head
         ):
             found.append("the bind_head event does not match its operation's core head")
-    elif event.kind in _CALL_EVENTS:
-        if event.record_id:
-            found.append(f"the {event.kind} event names a record")
-        if not (event.output and event.channel and event.tool_call_id and event.call_fingerprint):
-            found.append(f"the {event.kind} event lacks its output, channel or call identity")
-        if not event.request_id or not event.request_attempt:
-            found.append(f"the {event.kind} event lacks its request attempt")
-        elif event.call_fingerprint and event.call_fingerprint != clear_call_fingerprint(
+    elif event.kind in _CALL_EVENTS and not found:
+        if event.call_fingerprint != clear_call_fingerprint(
             operation.context,
             {"request_id": event.request_id, "request_attempt": event.request_attempt},
             output=event.output,
         ):
             # an ignored_call is a stale attempt's clear: the same call, recorded differently
             found.append(f"the {event.kind} event does not match its call fingerprint")
-    else:
-        found.append(f"unknown event kind {event.kind!r}")
     return found

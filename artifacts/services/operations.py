@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from artifacts.models import (
     MESSAGE_MAX,
@@ -50,6 +50,7 @@ MSG_PENDING_MISMATCH = (
     "Artifact operation awaiting materialization does not match the frozen operation"
 )
 MSG_PENDING_FAILED = "An artifact operation whose core failed cannot await materialization"
+MSG_FAILED_MISSING = "Core failure is missing an artifact-operation checkpoint"
 
 # Operation messages written by the host.
 MSG_SUPERSEDED_BY_OPERATION = "This follow-up was superseded by a newer operation"
@@ -79,15 +80,14 @@ def lock_checked_operation(
     context: OperationContext, *, missing: str, mismatch: str
 ) -> tuple[WorldMutation, Operation]:
     """Lock the world of the caller's operation, then read the operation under that lock: the
-    invariant error `missing` when either is gone, `mismatch` when the operation under that id
-    is not the caller's (the checks every call naming its operation starts with)."""
+    invariant error `missing` when there is no operation under that id, `mismatch` when it is
+    not the caller's (the checks every call naming its operation starts with). A world without
+    a row has no operations, so an operation found then is another world's: a mismatch."""
     mutation = WorldMutation.lock(context.world_id)
-    operation = (
-        None if mutation is None else Operation.objects.filter(pk=context.operation_id).first()
-    )
-    if mutation is None or operation is None:
+    operation = Operation.objects.filter(pk=context.operation_id).first()
+    if operation is None:
         raise invariant(missing, operation_id=context.operation_id)
-    if not same_context(operation, context):
+    if mutation is None or not same_context(operation, context):
         raise invariant(mismatch, operation_id=context.operation_id)
     return mutation, operation
 
@@ -204,7 +204,17 @@ def operation_begin(*, context: OperationContext) -> Operation:
             preset_revision=context.preset_revision,
             preset_scripts_enabled=context.preset_scripts_enabled,
         )
-        mutation.save_operation(operation, create=True)
+        try:
+            # The world lock serialises the calls of one world, not two worlds' begins under
+            # one id: the later insert of such a race meets the first's primary key. In a
+            # savepoint, so the id can be read again and answered as one call later would be.
+            with transaction.atomic():
+                mutation.save_operation(operation, create=True)
+        except IntegrityError:
+            winner = Operation.objects.filter(pk=context.operation_id).first()
+            if winner is None or same_context(winner, context):
+                raise  # not that race (the same context is serialised by the world lock)
+            raise invariant(MSG_BEGIN_MISMATCH, operation_id=context.operation_id) from None
         view.operations[operation.pk] = operation
         records_by_operation: dict[str, list[Record]] = defaultdict(list)
         for record in view.records:
@@ -350,21 +360,21 @@ def operation_mark_core_materialization_pending(
         operation.completed_requests = []
         operation.head = head
         mutation.save_operation(operation)
+        mutation.flush()
     return followup_summary(operation)
 
 
-def operation_mark_core_failed(
-    *, operation_id: str, message: str | None = None
-) -> FollowupSummary | None:
+def operation_mark_core_failed(*, operation_id: str, message: str | None = None) -> FollowupSummary:
     """`mark_core_failed`: the core failed; every record of the operation is superseded.
-    Only a running operation can fail; None when there is no such operation."""
+    Only a running operation can fail; a missing one is an invariant error (spec 07: a call on
+    a missing operation is 409; the seed ignores it)."""
     check_id(operation_id, "operation_id", MSG_ARGUMENT_INVALID)
     if message is not None:
         check_message(message)
     with transaction.atomic(durable=True):
         locked = lock_operation(operation_id)
         if locked is None:
-            return None
+            raise invariant(MSG_FAILED_MISSING, operation_id=operation_id)
         mutation, operation = locked
         if operation.status != OperationStatus.RUNNING:
             return followup_summary(operation)

@@ -11,6 +11,15 @@ Events are buffered and written at the end in one statement (`sql.rows_write`), 
 a new record, if the call makes one, and the conversation's version bump; the record columns
 that mirror earlier records' events follow. So one call costs a handful of queries however
 many events it appends.
+
+What the projection shows depends on the operations' state as well as on the event log (a
+superseded operation hides its records, a transient record shows while its operation is live,
+a `save=operation` one until it completes), and several calls change only that state. So a
+flush bumps the conversation's version when it writes events *or* when the call wrote an
+operation (`save_operation`), and in the second case also the world's `state_version`: what
+watches the artifacts alone (`selectors.artifacts_version`, the inspector's poll; the event
+stream's artifacts digest) counts it with the sequence. Every call that writes ends with
+`flush`.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Subquery
+from django.db.models import F, Subquery
 from django.db.models.functions import Coalesce
 
 from artifacts.ephemeral import ephemeral_forget_on_commit
@@ -65,6 +74,7 @@ class WorldMutation:
         self._bound: dict[int, str] = {}
         self._forget: list[int] = []
         self._view: WorldView | None = None
+        self._operations_written = False
 
     # --- locking ---------------------------------------------------------------------------
 
@@ -135,6 +145,7 @@ class WorldMutation:
             operation.save(force_insert=True)
         else:
             operation.save()
+        self._operations_written = True  # the projection may have changed: `flush` tells
 
     def event(self, kind: str, operation_id: str, **fields: Any) -> Event:
         event = Event(
@@ -191,15 +202,21 @@ class WorldMutation:
 
     def flush(self, *, insert: Record | None = None) -> None:
         """Write `insert` (a new record, numbered by `next_sequence`), the buffered events and
-        the mirrored record columns; with events, bump the conversation's version so live views
-        (the event stream) see the artifact change.
+        the mirrored record columns; with events or an operation written, bump the
+        conversation's version so live views (the event stream) see the artifact change.
 
         The bump is `conversation_touch`'s (version + 1 under the row lock, watchers told after
-        the commit), written in the same statement as the rows (`sql.rows_write`)."""
+        the commit), written in the same statement as the rows (`sql.rows_write`). An emit
+        writes no operation: its cost is unchanged."""
+        changed = bool(self._events) or self._operations_written
         touched = rows_write(
-            record=insert, events=self._events, touch=self.world_id if self._events else None
+            record=insert, events=self._events, touch=self.world_id if changed else None
         )
         self._events = []
+        if self._operations_written:
+            # no event moved the world's sequence: its state version moves instead
+            World.objects.filter(pk=self.world_id).update(state_version=F("state_version") + 1)
+            self._operations_written = False
         if touched:
             transaction.on_commit(
                 partial(conversation_changed, conversation_id=self.world_id, changed="artifacts"),

@@ -180,6 +180,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CACHES = {
     "default": env.cache_url("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}"),
 }
+# `save=none` artifact payloads (artifacts/ephemeral.py): never on disk, gone after a restart
+# (spec 06). So local memory when the cache is the embedded file cache (the web process is the
+# only one that writes or reads them: emit, projection, inspector, admin), else that cache.
+CACHES["artifacts"] = (
+    {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "hyphae-artifacts"}
+    if CACHES["default"]["BACKEND"] == "django.core.cache.backends.filebased.FileBasedCache"
+    else dict(CACHES["default"])
+)
 
 # --- Auth and i18n -----------------------------------------------------------------------------
 

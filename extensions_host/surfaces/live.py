@@ -133,11 +133,17 @@ def changed_kinds(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 def _artifacts_sequence(conversation_id: str) -> Any:
-    """The newest artifact event of the conversation's world (the artifact store is optional
-    and owns its schema: if it cannot answer, artifacts simply never show as changed)."""
+    """The newest artifact event of the conversation's world and the world's `state_version`
+    (moved by the calls that change the projection through operation state alone). The
+    artifact store is optional and owns its schema: if it cannot answer, artifacts simply
+    never show as changed."""
     try:
         event = apps.get_model("artifacts", "Event")
-        return event.objects.filter(world_id=conversation_id).aggregate(top=Max("sequence"))["top"]
+        world = apps.get_model("artifacts", "World")
+        return (
+            event.objects.filter(world_id=conversation_id).aggregate(top=Max("sequence"))["top"],
+            world.objects.filter(pk=conversation_id).values_list("state_version").first(),
+        )
     except (LookupError, FieldError):
         return None
 

@@ -17,6 +17,10 @@ def _clean_cache():
     """save=none payloads live in the cache; every test starts from an empty one."""
     from django.core.cache import cache
 
-    cache.clear()
+    from artifacts.ephemeral import ephemeral_cache
+
+    for each in (cache, ephemeral_cache()):
+        each.clear()
     yield
-    cache.clear()
+    for each in (cache, ephemeral_cache()):
+        each.clear()

@@ -7,7 +7,10 @@ import json
 
 import pytest
 
+from artifacts import services
 from artifacts.models import Operation, Record
+from artifacts.types import RequestContext
+from core.errors import HostError
 from tests.artifacts.helpers import counts, make_world
 
 pytestmark = pytest.mark.django_db
@@ -156,6 +159,37 @@ def test_a_rejected_clear_is_200_with_ok_false(begun):
     )
 
 
+@pytest.mark.parametrize("length", [201, 300_000])
+def test_an_undeclared_output_of_any_length_is_a_rejection_not_a_400(begun, length):
+    """Spec 07: the output name is the model's argument, and an undeclared one is the tool
+    result the model must read (200 `ok: false`), however long; only the body is bounded."""
+    before = counts()
+    name = "x" * length
+    rejected = {
+        "ok": False,
+        "markdown": f"# Runtime artifact rejected\n\nUndeclared artifact output: {name}",
+    }
+    clear = {"context": REQUEST_CONTEXT, "output": name, "tool_call_id": "c9"}
+    assert post(begun, "emit", emit_body(output=name)) == (200, rejected)
+    assert post(begun, "clear", clear) == (200, rejected)
+    assert counts() == before
+
+
+def test_an_output_that_is_not_a_string_or_carries_a_nul_stays_a_400(begun):
+    for output in (7, None, ["panel"], "pa\x00nel"):
+        assert post(begun, "emit", emit_body(output=output))[0] == 400, output
+        clear = {"context": REQUEST_CONTEXT, "output": output, "tool_call_id": "c9"}
+        assert post(begun, "clear", clear)[0] == 400, output
+    with pytest.raises(HostError) as caught:
+        services.artifact_emit(
+            context=RequestContext.from_data(REQUEST_CONTEXT),
+            output="pa\x00nel",
+            payload="p",
+            tool_call_id="c9",
+        )
+    assert caught.value.status == 400
+
+
 def test_an_invariant_error_is_409_in_the_error_model(begun):
     status, body = post(begun, "operations", {"context": {**CONTEXT, "preset_revision": "r2"}})
     assert (status, body) == (
@@ -201,11 +235,13 @@ def test_the_other_calls_answer_over_http(begun):
     assert (status, body["status"]) == (200, "cancelled")
 
 
-def test_core_failed_answers_the_summary_or_404(begun):
+def test_core_failed_answers_the_summary_or_409_for_a_missing_operation(begun):
+    """Spec 07: a call on a missing operation is an invariant error, `store/conflict`."""
     status, body = post(begun, "core-failed", {"operation_id": "op-1", "message": "boom"})
     assert (status, body["status"], body["message"]) == (200, "failed", "boom")
     status, body = post(begun, "core-failed", {"operation_id": "missing"})
-    assert (status, body["error"]["cause"]) == (404, "not_found")
+    assert (status, body["error"]["category"], body["error"]["cause"]) == (409, "store", "conflict")
+    assert body["error"]["message"] == "Core failure is missing an artifact-operation checkpoint"
 
 
 def test_reconcile_of_a_missing_world_is_404(runtime, db):
@@ -267,7 +303,18 @@ def test_another_users_private_world_is_404_not_403(begun, api, outsider):
 
 def test_the_operation_summary_is_readable_by_the_runtime_and_the_owner(begun, api, owner):
     assert api(owner).get("/v1/artifacts/operations/op-1").status_code == 200
+    assert begun.get("/v1/artifacts/operations/op-1").status_code == 200
     assert begun.get("/v1/artifacts/operations/missing").status_code == 404
+
+
+def test_a_runtime_token_reads_the_summary_only_with_access_to_the_world(begun, api, outsider):
+    # the summary is a read, not a runtime endpoint (spec 07): a `runtime` token of a user who
+    # cannot read the private world finds it missing, though it may write artifacts there
+    runtime_token = api(outsider, scope="runtime")
+    response = runtime_token.get("/v1/artifacts/operations/op-1")
+    assert response.status_code == 404
+    assert response.json()["error"]["cause"] == "not_found"
+    assert post(runtime_token, "operations", {"context": CONTEXT})[0] == 200
 
 
 def test_the_debug_view_is_for_admins(begun, api, owner, staff):
@@ -276,10 +323,61 @@ def test_the_debug_view_is_for_admins(begun, api, owner, staff):
     response = api(staff).get("/v1/worlds/world-1/artifacts/debug?operation_id=op-1&limit=10")
     assert response.status_code == 200
     body = response.json()
-    assert [r["status"] for r in body["records"]] == ["active"]
+    assert [r["status"] for r in body["results"]] == ["active"]
     assert body["operations"][0]["operation_id"] == "op-1"
     assert api(staff).get("/v1/worlds/world-1/artifacts/debug?limit=0").status_code == 400
     assert api(staff).get("/v1/worlds/nope/artifacts/debug").status_code == 404
+
+
+def _pages(client, url: str) -> list[dict]:
+    pages = []
+    while url:
+        response = client.get(url)
+        assert response.status_code == 200, response.content[:300]
+        pages.append(response.json())
+        url = pages[-1]["next"]
+    return pages
+
+
+def test_the_debug_list_is_paged_newest_first_by_at_most_100(begun, api, staff):
+    """Spec 07: lists are paginated (cursor pagination, `limit` <= 100)."""
+    for n in range(5):
+        assert post(begun, "emit", emit_body(payload=f"p{n}", tool_call_id=f"call-{n}"))[1]["ok"]
+    assert post(begun, "operations", {"context": {**CONTEXT, "operation_id": "op-2"}})[0] == 200
+    admin = api(staff)
+
+    pages = _pages(admin, "/v1/worlds/world-1/artifacts/debug?limit=2")
+
+    assert [len(page["results"]) for page in pages] == [2, 2, 1]
+    sequences = [row["sequence"] for page in pages for row in page["results"]]
+    assert sequences == sorted(sequences, reverse=True) and len(set(sequences)) == 5
+    assert all(row["status"] == "active" for page in pages for row in page["results"])
+    # each page names the operations of its records (op-2 has none)
+    assert [[op["operation_id"] for op in page["operations"]] for page in pages] == [["op-1"]] * 3
+    assert pages[0]["world_id"] == "world-1" and pages[0]["previous"] is None
+    for query in ("limit=101", "limit=1000", "limit=0", "limit=x", "cursor=bogus"):
+        response = admin.get(f"/v1/worlds/world-1/artifacts/debug?{query}")
+        assert response.status_code == 400, query
+    filtered = admin.get("/v1/worlds/world-1/artifacts/debug?operation_id=op-2").json()
+    assert (filtered["results"], filtered["operations"], filtered["next"]) == ([], [], None)
+
+
+def test_the_followup_list_is_paged_by_operation_id(begun, api, owner):
+    for n in (2, 3, 4):
+        context = {**CONTEXT, "operation_id": f"op-{n}", "parent_head": f"h{n}"}
+        assert post(begun, "operations", {"context": context})[0] == 200
+    reader = api(owner)
+
+    pages = _pages(reader, "/v1/worlds/world-1/artifacts/followups?limit=3")
+
+    assert [[f["operation_id"] for f in page["results"]] for page in pages] == [
+        ["op-1", "op-2", "op-3"],
+        ["op-4"],
+    ]
+    assert {page["world_id"] for page in pages} == {"world-1"}
+    for query in ("limit=101", "limit=0", "cursor=bogus"):
+        response = reader.get(f"/v1/worlds/world-1/artifacts/followups?{query}")
+        assert response.status_code == 400, query
 
 
 def test_the_projection_filters_by_channel(begun, api, owner):

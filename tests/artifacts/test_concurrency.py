@@ -161,8 +161,9 @@ def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(
             assert mutation is not None
             # a clear: an event of the world (sequence 3) the waiting emit cannot know of
             mutation.event(EventKind.CLEAR, "op-1", output="panel", channel="main",
-                           tool_call_id="held", call_fingerprint=held_call,
-                           request_id="req-1", request_attempt=1)  # fmt: skip
+                           reason="explicit_clear", tool_call_id="held",
+                           call_fingerprint=held_call, request_id="req-1",
+                           request_attempt=1)  # fmt: skip
             mutation.flush()
             holding.set()
             assert release.wait(timeout=30)
@@ -193,3 +194,35 @@ def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(
     assert Record.objects.get(tool_call_id="second").sequence == 4
     assert Event.objects.filter(record_id=results[0].record_id).get().sequence == 5
     assert services.integrity_check() == []
+
+
+def test_one_operation_id_begun_concurrently_in_two_worlds_is_a_mismatch_never_a_500(owner):
+    """The world lock serialises one world's calls only: two worlds' begins under one id race
+    to insert it, and the loser answers the mismatch (409), as it would one call later."""
+    from core.errors import HostError
+
+    make_world(owner, "world-a")
+    make_world(owner, "world-b")
+    races = 20
+    barriers = [threading.Barrier(2) for _ in range(races)]
+    outcomes: dict[int, list[object]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        world = ("world-a", "world-b")[index]
+        for n in range(races):
+            barriers[n].wait(timeout=30)
+            try:
+                services.operation_begin(context=op_context(world_id=world, operation_id=f"op-{n}"))
+                outcome: object = "begun"
+            except HostError as exc:
+                outcome = (exc.status, exc.message)
+            with lock:
+                outcomes[n].append(outcome)
+
+    assert _run_in_threads(2, worker) == []  # no IntegrityError escaped
+
+    mismatch = (409, "Artifact operation is bound to a different frozen payload")
+    for n in range(races):
+        assert sorted(outcomes[n], key=str) == sorted(["begun", mismatch], key=str), outcomes[n]
+    assert Operation.objects.count() == races

@@ -131,6 +131,29 @@ def test_a_repeat_while_the_core_awaits_materialization_keeps_the_record_pending
     assert Record.objects.get(record_id=first.record_id).bound_head == "h1"
 
 
+def test_a_repeat_of_a_pending_record_whose_operation_was_superseded_repairs_its_supersede(world):
+    """The seed's `#repairRecordPublication`: a stale record without its supersede gets it
+    (`late_superseded_operation_result`, with its request), once."""
+    first = op_context(operation_id="op-1", parent_head="h0")
+    ctx = started(first, decl(save="commit"))
+    created = emit(ctx, payload="late")  # pending: no event yet
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head="h1"))
+    assert not Event.objects.filter(record_id=created.record_id).exists()
+
+    again = emit(ctx, payload="late")
+    emit(ctx, payload="late")  # nothing more to repair
+
+    assert (again.idempotent, again.record_id) == (True, created.record_id)
+    events = Event.objects.filter(record_id=created.record_id)
+    assert list(events.values_list("kind", "reason", "request_id", "request_attempt")) == [
+        ("supersede", "late_superseded_operation_result", "req-1", 1)
+    ]
+    assert Record.objects.get(record_id=created.record_id).superseded
+    assert services.integrity_check() == []
+    services.operation_mark_core_committed(context=first, head="h1")
+    assert visible() == []
+
+
 def test_a_repeat_repairs_a_publication_event_that_is_genuinely_missing(ctx):
     """A record whose events were lost (a restore, a hand edit) gets them from the repeat."""
     first = emit(ctx, "panel", "hello", "call-1")
@@ -366,6 +389,36 @@ def test_emit_and_clear_with_a_different_frozen_context_are_invariant_errors(ctx
         output="panel",
         tool_call_id="c1",
     )
+
+
+@pytest.mark.parametrize("other_world_has_a_row", [False, True])
+def test_a_context_naming_another_worlds_operation_is_a_mismatch_whatever_that_world_holds(
+    ctx, owner, other_world_has_a_row
+):
+    """The seed reads the operation by id, then compares contexts: the answer never depends on
+    whether the context's own world ever had artifacts (a `World` row)."""
+    from tests.artifacts.helpers import make_world
+
+    make_world(owner, "world-2")
+    if other_world_has_a_row:
+        services.operation_begin(context=op_context(world_id="world-2", operation_id="op-9"))
+    moved = op_context(world_id="world-2")  # op-1 lives in world-1
+    other = req_context(moved, decl("panel", save="operation"))
+    for message, call, kwargs in [
+        ("Artifact request attempt does not match the frozen operation",
+         services.request_attempt_begin, {"context": other}),
+        ("Artifact emit does not match the frozen operation", emit, {"context": other}),
+        ("Artifact clear does not match the frozen operation", services.artifact_clear,
+         {"context": other, "output": "panel", "tool_call_id": "c1"}),
+        ("Artifact operation is bound to a different frozen payload",
+         services.operation_mark_core_committed, {"context": moved, "head": "h1"}),
+        ("Artifact operation awaiting materialization does not match the frozen operation",
+         services.operation_mark_core_materialization_pending,
+         {"context": moved, "head": "h1", "message": "m"}),
+        ("Artifact follow-up does not match the frozen operation", services.followup_begin,
+         {"context": moved}),
+    ]:  # fmt: skip
+        _raises(409, message, call, **kwargs)
 
 
 def test_emit_and_clear_of_an_unregistered_request_are_invariant_errors(ctx):

@@ -3,21 +3,68 @@ cleared) brings back neither the ephemeral panel nor a panel that was cleared.""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
-from django.core.cache import cache
+from django.core.cache import caches
 
 from artifacts import services
+from artifacts.ephemeral import ephemeral_cache
 from artifacts.models import Event, Record
 from tests.artifacts.helpers import decl, emit, op_context, started, visible
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "ephemeral-panel-payload-7f3a"
+ROOT = Path(__file__).resolve().parents[2]
+LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
 
 
 def _restart() -> None:
     """What a restart does to the cache (Redis flushed, local memory gone)."""
-    cache.clear()
+    ephemeral_cache().clear()
+
+
+def _base_caches(cache_url: str, var_dir: Path) -> dict:
+    """`CACHES` as config/settings/base.py makes it from `CACHE_URL`, in a fresh process."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "import json; from config.settings import base; "
+         "print(json.dumps(base.CACHES))"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT),
+             "CACHE_URL": cache_url, "HOST_VAR_DIR": str(var_dir)},
+        cwd=var_dir, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return json.loads(shown.stdout)
+
+
+def test_embedded_mode_keeps_save_none_payloads_in_local_memory_never_on_disk(
+    world, settings, tmp_path
+):
+    """Spec 06: local memory embedded, gone after a restart. The embedded default cache is a
+    file cache (it would keep them on disk, for the next process to find)."""
+    configured = _base_caches(f"filecache://{tmp_path / 'cache'}", tmp_path)
+    assert configured["artifacts"]["BACKEND"] == LOCMEM
+    settings.CACHES = configured
+
+    ctx = started(op_context(), decl("live", save="none"))
+    emit(ctx, "live", SECRET, "c1")
+
+    assert visible() == [SECRET]  # read back by this process (the web process: emit, reads)
+    assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]
+    caches["artifacts"].clear()  # the process's memory, gone with it
+    assert visible() == []
+
+
+def test_with_a_shared_cache_save_none_payloads_live_in_it(tmp_path):
+    """Redis (production, or any `CACHE_URL` but the file cache): every process shares them."""
+    url = "redis://127.0.0.1:6379/1"
+    configured = _base_caches(url, tmp_path)
+    assert configured["artifacts"] == configured["default"]
+    assert configured["artifacts"]["LOCATION"] == url
 
 
 def test_a_save_none_payload_is_never_written_to_the_database(world):
@@ -99,12 +146,12 @@ def test_a_superseded_ephemeral_payload_is_dropped_from_the_cache_on_commit(
     record = Record.objects.get(record_id=emit(ctx, "live", SECRET, "c1").record_id)
     services.operation_mark_core_committed(context=op, head="h1")
     key = f"hyphae:artifacts:payload:{record.pk}"
-    assert cache.get(key) == SECRET
+    assert ephemeral_cache().get(key) == SECRET
 
     with django_capture_on_commit_callbacks(execute=True):
         services.followup_complete(operation_id="op-1", requests=[])
 
-    assert cache.get(key) is None
+    assert ephemeral_cache().get(key) is None
 
 
 def test_an_ephemeral_panel_shows_while_the_operation_runs(world):

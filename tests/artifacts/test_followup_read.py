@@ -1,5 +1,7 @@
-"""`selectors.followup_read`: the runtime reads any operation's summary; anyone else needs read
-access to the operation's conversation, and finds a missing operation and a hidden one alike."""
+"""`selectors.followup_read`: admins and the service principal read any operation's summary;
+anyone else, a `runtime` token included (this read is not a runtime endpoint of spec 07), needs
+read access to the operation's conversation, and finds a missing operation and a hidden one
+alike."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import pytest
 
 from artifacts import selectors, services
 from artifacts.selectors import MSG_OPERATION_NOT_FOUND
-from core.auth import ANONYMOUS, user_principal
+from core.auth import ANONYMOUS, Principal, service_user, user_principal
 from core.errors import HostError
 from core.models import TokenScope
 from tests.artifacts.helpers import make_world, op_context
@@ -28,16 +30,29 @@ def not_found(principal, operation_id: str) -> bool:
     return (raised.value.cause, raised.value.message) == ("not_found", MSG_OPERATION_NOT_FOUND)
 
 
-def test_the_owner_and_the_runtime_read_the_summary(private_operation, owner, outsider):
+def test_the_owner_and_the_service_principal_read_the_summary(private_operation, owner):
     as_owner = selectors.followup_read(
         principal=user_principal(owner, "session"), operation_id=private_operation
     )
     assert as_owner.operation_id == "op-1"
-    # a runtime token of a user who could not read the conversation still reads it
+    service = Principal(
+        user=service_user(),
+        name="service",
+        email="",
+        admin=True,
+        service=True,
+        method="service",
+        scope=TokenScope.RUNTIME,
+    )
+    as_service = selectors.followup_read(principal=service, operation_id=private_operation)
+    assert as_service == as_owner
+
+
+def test_a_runtime_token_does_not_read_past_sharing(private_operation, outsider):
+    # spec 07: only the runtime endpoints ignore sharing; this read is not one of them
     runtime = user_principal(outsider, "token", scope=TokenScope.RUNTIME)
-    assert not runtime.admin
-    as_runtime = selectors.followup_read(principal=runtime, operation_id=private_operation)
-    assert as_runtime == as_owner
+    assert runtime.is_runtime and not runtime.admin
+    assert not_found(runtime, private_operation)
 
 
 def test_an_unreadable_world_hides_its_operation_like_a_missing_one(private_operation, outsider):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
 
 from artifacts import services
+from artifacts.ephemeral import ephemeral_cache
 from artifacts.fingerprints import record_fingerprint
 from artifacts.models import Event, Operation, Record
 from tests.artifacts.helpers import decl, emit, op_context, started, with_attempt
@@ -97,7 +97,7 @@ def test_a_changed_payload_is_reported_with_its_world_and_sequence(filled):
 
 def test_a_changed_ephemeral_payload_in_the_cache_is_reported(filled):
     record = Record.objects.get(record_id=filled["live"])
-    cache.set(f"hyphae:artifacts:payload:{record.pk}", "tampered")
+    ephemeral_cache().set(f"hyphae:artifacts:payload:{record.pk}", "tampered")
     assert (
         f"world=world-1 sequence={record.sequence}: the payload does not match its fingerprint"
         in _problems()
@@ -240,3 +240,41 @@ def test_the_check_can_be_limited_to_one_world(filled, owner):
     Record.objects.filter(record_id=filled["panel"]).update(payload="tampered")
     assert services.integrity_check(world_ids=["world-2"]) == []
     assert services.integrity_check(world_ids=["world-1"]) != []
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "problem"),
+    [
+        ("supersede", {"reason": ""}, "the supersede event lacks reason"),
+        ("supersede", {"reason": "  "}, "the supersede event lacks reason"),
+        ("supersede", {"head": "h1"}, "the supersede event must not carry head"),
+        ("supersede", {"request_id": "req-1"}, "the supersede event carries a partial request"),
+        ("activate", {"head": "h-bogus"}, "the activate event must not carry head"),
+        ("activate", {"reason": "bogus"}, "the activate event must not carry reason"),
+        ("activate", {"output": "panel"}, "the activate event must not carry output"),
+        ("activate", {"record_id": ""}, "the activate event lacks record_id"),
+        ("bind_head", {"reason": "bogus"}, "the bind_head event must not carry reason"),
+        (
+            "bind_head",
+            {"request_id": "req-1", "request_attempt": 1},
+            "the bind_head event must not carry request_id/request_attempt",
+        ),
+        ("clear", {"reason": ""}, "the clear event lacks reason"),
+        ("clear", {"channel": ""}, "the clear event lacks channel"),
+        ("clear", {"head": "h1"}, "the clear event must not carry head"),
+        ("clear", {"record_id": "artifact:1:x"}, "the clear event must not carry record_id"),
+        ("clear", {"request_attempt": 0}, "the clear event carries a partial request attempt"),
+    ],
+)
+def test_an_event_missing_a_field_its_kind_requires_or_carrying_one_it_forbids_is_reported(
+    filled, kind, edit, problem
+):
+    """The seed's `assertEvent`: each kind has its exact fields."""
+    services.followup_complete(operation_id="op-1", requests=[])  # supersedes the save=none one
+    assert _problems() == []
+    event = Event.objects.filter(kind=kind).order_by("sequence").first()
+    Event.objects.filter(pk=event.pk).update(**edit)
+
+    assert any(
+        p.startswith(f"world=world-1 sequence={event.sequence}: {problem}") for p in _problems()
+    ), _problems()

@@ -6,6 +6,7 @@ import pytest
 
 from artifacts import services
 from artifacts.models import Event, Operation, Record
+from core.errors import HostError
 from tests.artifacts.helpers import (
     decl,
     emit,
@@ -441,7 +442,12 @@ def test_core_failure_supersedes_every_record_of_the_operation(world):
     assert status_of(record.record_id) == "superseded"
     assert Event.objects.get(kind="supersede").reason == "core_failed"
     assert visible() == []
-    assert services.operation_mark_core_failed(operation_id="missing") is None
+    with pytest.raises(HostError) as missing:
+        services.operation_mark_core_failed(operation_id="missing")
+    assert (missing.value.status, missing.value.message) == (
+        409,
+        "Core failure is missing an artifact-operation checkpoint",
+    )
 
 
 def test_materialization_pending_then_commit_recovers_the_followup(world):
@@ -475,21 +481,27 @@ def test_followup_summaries_leave_out_failed_and_quietly_completed_operations(wo
     op_b = op_context(operation_id="op-b", parent_head="h0")
     services.operation_mark_core_committed(context=op_b, head="h0")
     services.followup_complete(operation_id="op-b", requests=[])
-    from artifacts.selectors import followup_summaries
+    from artifacts.selectors import followup_operations
 
-    assert [s.operation_id for s in followup_summaries(world_id="world-1")] == ["op-c"]
+    assert [op.pk for op in followup_operations(world_id="world-1")] == ["op-c"]
 
 
 def test_the_artifacts_version_grows_with_every_change(world):
     from artifacts.selectors import artifacts_version
 
-    assert artifacts_version(world_id="world-1") == 0
+    versions = [artifacts_version(world_id="world-1")]
     op = op_context()
-    ctx = started(op, decl(save="commit"))
+    services.operation_begin(context=op)  # an operation written
+    versions.append(artifacts_version(world_id="world-1"))
+    ctx = req_context(op, decl(save="commit"))
+    services.request_attempt_begin(context=ctx)
+    versions.append(artifacts_version(world_id="world-1"))
     emit(ctx)  # record only: pending
-    assert artifacts_version(world_id="world-1") == 1
+    versions.append(artifacts_version(world_id="world-1"))
     services.operation_mark_core_committed(context=op, head="h1")  # bind_head + activate
-    assert artifacts_version(world_id="world-1") == 3
+    versions.append(artifacts_version(world_id="world-1"))
+    assert versions[0] == 0
+    assert versions == sorted(set(versions)), versions  # each change moved it
 
 
 def test_an_artifact_change_bumps_the_conversation_version_for_live_views(world):
