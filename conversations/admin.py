@@ -6,6 +6,10 @@ up front so a page is a fixed number of queries, and a conversation links to its
 entries, submissions and runs instead of inlining an unbounded transcript; its page shows the
 newest of each, the projection preview, attention, ambient surfaces and interactions, and
 links to the live inspector and the artifact debug view.
+
+No conversation is deleted here, not even by a superuser: a delete would cascade past the
+services (no audit entry, no artifact or settled-sequence bookkeeping) into rows whose own
+admins are read-only. Conversations go by archive and the retention sweep (`RETENTION_DAYS`).
 """
 
 from __future__ import annotations
@@ -59,10 +63,6 @@ class ConversationAdmin(ReadOnlyAdmin):
         "related",
     )
     show_full_result_count = False  # no COUNT(*) over a large table on every page
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # deleting cascades to the transcript, submissions and runs: superusers only
-        return bool(request.user.is_superuser)
 
     @admin.display(description="live")
     def inspect(self, obj: Conversation) -> str:

@@ -18,8 +18,8 @@ from core.services import token_create, token_expiry_check, token_revoke
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """View-only: the rows change through the services that own them, never by a form (an
-    admin that lets superusers delete says so in its own `has_delete_permission`)."""
+    """View-only: the rows change through the services that own them, never by a form, and
+    no row is deleted from the console."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -63,6 +63,12 @@ def now() -> dt.datetime:
     return from_ms(now_ms())
 
 
+# 9999-12-31T23:59:59.999Z: the last instant a datetime holds, so the largest millisecond instant
+# an extension may hand the host (a timer's due time, a prompt's `when`): each is shown or stored
+# as a datetime somewhere
+MAX_MS = 253_402_300_799_999
+
+
 def from_ms(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 

@@ -1,4 +1,5 @@
-"""Request-scoped middleware: request ids and body limits (checked before anything parses)."""
+"""Request-scoped middleware: request ids, body limits (checked before anything parses) and
+query strings the database could not store."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import json
 import uuid
 from collections.abc import Callable
 from typing import IO, Any
+from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 from django.core.handlers.asgi import ASGIRequest
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from core.errors import MSG_TOO_LARGE, HostError
+from core.errors import MSG_INVALID_BODY, MSG_TOO_LARGE, HostError
 from core.logging import request_id_var
+from core.validation import PROBLEM_NOT_UNICODE, text_problem
 
 # Paths with their own body limit (longest prefix wins). Extension routes declare theirs;
 # the registry adds them through `register_body_limit`.
@@ -119,6 +123,64 @@ def json_error(error: HostError) -> JsonResponse:
     if error.retry_after is not None:
         response["Retry-After"] = str(error.retry_after)
     return response
+
+
+def query_problems(request: HttpRequest) -> dict[str, list[str]]:
+    """What is wrong with the request's query string, by parameter (`{}`: nothing).
+
+    Every name and value must be UTF-8 text without NUL characters: PostgreSQL refuses a NUL
+    in any text it compares with (a 500 from every filter that reaches a query), and Django
+    would decode invalid UTF-8 into replacement characters nobody sent. A problem in a name is
+    reported under `query`.
+    """
+    raw = request.META.get("QUERY_STRING", "")
+    if not raw:
+        return {}
+    # WSGI (PEP 3333) passes the bytes as latin-1 text; Django's ASGI request decodes them as
+    # UTF-8: either way this gives the bytes back
+    data = raw.encode("latin-1" if isinstance(request, WSGIRequest) else "utf-8", "replace")
+    problems: dict[str, list[str]] = {}
+    for field in data.split(b"&"):  # as `QueryDict` splits it (urllib's `parse_qsl`)
+        raw_name, _, raw_value = field.partition(b"=")
+        name, problem = _query_text(raw_name)
+        if problem is not None:
+            name = "query"
+        else:
+            problem = _query_text(raw_value)[1]
+        if problem is not None and problem not in problems.get(name, []):
+            problems.setdefault(name, []).append(problem)
+    return problems
+
+
+def _query_text(raw: bytes) -> tuple[str, str | None]:
+    """A query name or value as text, and what the database would refuse in it (or None)."""
+    try:
+        text = unquote_to_bytes(raw.replace(b"+", b" ")).decode()
+    except UnicodeDecodeError:
+        return "", PROBLEM_NOT_UNICODE
+    return text, text_problem(text)
+
+
+class QueryStringMiddleware:
+    """400 for a query string with a NUL character or invalid UTF-8 in a name or value, before
+    any view (or Django's admin filters) puts it into a query.
+
+    API paths answer the error model (`contract/invalid`, the parameter in `details`: the body
+    the API's own query validation gives); other paths Django's plain 400 page.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        problems = query_problems(request)
+        if not problems:
+            return self.get_response(request)
+        from core.views import _is_api  # core.views imports this module
+
+        if _is_api(request):
+            return json_error(HostError("contract", "invalid", MSG_INVALID_BODY, details=problems))
+        raise BadRequest("Query string is invalid")  # the handler400 page, logged as a 400
 
 
 class _BodyTooLarge(Exception):

@@ -32,7 +32,6 @@ from core.models import AuditEntry
 from extensions_host import registry
 from extensions_host.background.models import (
     JobState,
-    Outcome,
     SettledCursor,
     Timer,
     WorkerState,
@@ -42,6 +41,8 @@ from extensions_host.background.services.settled import core_cursor
 from extensions_host.contributions.models import (
     ExtensionSecret,
     ExtensionSettings,
+    Notification,
+    NotificationType,
     NotifierHealth,
 )
 from extensions_host.models import (
@@ -112,11 +113,7 @@ def dashboard_read() -> dict[str, Any]:
         for extension_id, consumer in settled["consumers"].items()
         if consumer["cursor"] is not None
     ][:ROWS]
-    failed_jobs = list(
-        JobState.objects.filter(last_outcome=Outcome.FAILED, last_run_at__gte=since).order_by(
-            "-last_run_at"
-        )[:ROWS]
-    )
+    failed_runs, failed_jobs = _failed_job_runs(since)
     notifiers = list(
         NotifierHealth.objects.filter(last_failure_at__gte=since).order_by("-last_failure_at")[
             :ROWS
@@ -134,15 +131,8 @@ def dashboard_read() -> dict[str, Any]:
         "timers_due": timers["due"],
         "oldest_due_at": _ms(timers["oldest_due_at"]),
         "oldest_due_age": _age(timers["oldest_due_at"], now),
-        "failed_jobs": [
-            {
-                "id": job.pk,
-                "error": job.last_error,
-                "at": _ms(job.last_run_at),
-                "failures": job.failures,
-            }
-            for job in failed_jobs
-        ],
+        "failed_job_runs": failed_runs,
+        "failed_jobs": failed_jobs,
         "notifier_failures": [
             {
                 "extension": row.extension_id,
@@ -159,6 +149,38 @@ def dashboard_read() -> dict[str, Any]:
         "queued": Submission.objects.filter(status=SubmissionStatus.QUEUED).count(),
         "audit": list(AuditEntry.objects.order_by("-at", "-id")[:10]),
     }
+
+
+def _failed_job_runs(since: int) -> tuple[int, list[dict[str, Any]]]:
+    """Job runs that failed since `since` (epoch ms), and the jobs they belong to (newest
+    failure first, at most `ROWS`), each with its failures in the window and the reason of the
+    latest.
+
+    Counted from the `job.failed` notifications, which every failed run records in its own
+    transaction: a job's row keeps only its latest outcome, so a run that failed and was
+    followed by a good one would not count. Worker runs notify too (`ext:<id>:worker:<name>`);
+    they are not jobs.
+    """
+    runs = Notification.objects.filter(
+        type=NotificationType.JOB_FAILED, created_at__gte=clock.from_ms(since)
+    ).exclude(job_id__contains=":worker:")
+    jobs = list(
+        runs.values("job_id")
+        .annotate(failures=Count("id"), last_id=Max("id"))
+        .order_by("-last_id")[:ROWS]
+    )
+    latest = Notification.objects.in_bulk([job["last_id"] for job in jobs])
+    states = JobState.objects.in_bulk([job["job_id"] for job in jobs])
+    return runs.count(), [
+        {
+            "id": job["job_id"],
+            "failures": job["failures"],
+            "error": preview(latest[job["last_id"]].body),
+            "at": latest[job["last_id"]].created_at,
+            "outcome": state.last_outcome if (state := states.get(job["job_id"])) else "",
+        }
+        for job in jobs
+    ]
 
 
 def _due(now: int) -> Q:
@@ -326,11 +348,11 @@ def extension_sections(row: RosterEntry, *, filters: dict[str, str]) -> dict[str
                 "last_run_at": _ms(worker.last_run_at),
                 "outcome": worker.last_outcome,
                 "error": worker.last_error,
-                "running": bool(worker.running_token),
+                "running": worker.lease_live,
             }
-            for worker in WorkerState.objects.filter(extension_id=extension_id).order_by("name")[
-                :ROWS
-            ]
+            for worker in WorkerState.objects.filter(extension_id=extension_id)
+            .with_lease(clock.now_ms())
+            .order_by("name")[:ROWS]
         ],
         "notifiers": list(
             NotifierHealth.objects.filter(extension_id=extension_id).order_by("notifier")[:ROWS]

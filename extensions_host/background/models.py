@@ -157,6 +157,23 @@ class Outcome(models.TextChoices):
     SKIPPED = "skipped", "skipped"
 
 
+def worker_lease_live(now: int) -> Q:
+    """A run holds the worker: one claimed it (a token) and its lease has not run out by `now`.
+    The one rule of the claim, beat's pending-wake sweep and the workers list."""
+    return ~Q(running_token="") & Q(running_until__isnull=False, running_until__gt=now)
+
+
+class WorkerStateQuerySet(models.QuerySet["WorkerState"]):
+    def with_lease(self, now: int) -> WorkerStateQuerySet:
+        """Each row with `lease_live` (`worker_lease_live`: true or false, never null)."""
+        live = models.ExpressionWrapper(worker_lease_live(now), output_field=models.BooleanField())
+        return self.annotate(lease_live=live)
+
+    def lease_free(self, now: int) -> WorkerStateQuerySet:
+        """The rows no run holds: none claimed them, or the lease of the run that did ran out."""
+        return self.exclude(worker_lease_live(now))
+
+
 class WorkerState(models.Model):
     """A declared worker's run state: the one pending wake (last wins), the run in flight
     (token + start, a lease so a crashed run does not block forever) and the last outcome."""
@@ -173,6 +190,8 @@ class WorkerState(models.Model):
     last_error = models.CharField(max_length=512, blank=True, default="")
     last_duration_ms = models.PositiveIntegerField(null=True, blank=True)
 
+    objects = WorkerStateQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["extension_id", "name"], name="worker_state_unique"),
@@ -183,8 +202,9 @@ class WorkerState(models.Model):
 
 
 class JobState(models.Model):
-    """A declared job's schedule state. `next_run_at` only moves forward with every skipped
-    instant counted (`missed_runs`, `overlap_skips`); it never jumps silently."""
+    """A declared job's schedule state. `next_run_at` only moves forward with every instant it
+    passes run, counted (`missed_runs`, `overlap_skips`) or held behind a run (a `JobTrigger`
+    of `HELD_ACTOR`); it never jumps silently."""
 
     id = models.CharField(primary_key=True, max_length=200)  # ext:<extension>:<name>
     extension_id = models.CharField(max_length=64)
@@ -213,22 +233,36 @@ class JobState(models.Model):
         return self.id
 
 
+# the actor of a scheduled instant held behind a run (a manual trigger's actor is a username,
+# but a manual trigger never has `scheduled_for`)
+HELD_ACTOR = "schedule"
+
+
 class JobTrigger(models.Model):
-    """A request to run a job outside its schedule, consumed by the run: a manual trigger
-    (admin or `POST /v1/jobs/{id}/trigger`, `not_before` = now) or a `Retry` of a run
-    (`not_before` = after its delay, `scheduled_for` = the instant being retried)."""
+    """A run of a job the schedule pointer does not cover, consumed by the run: a manual trigger
+    (admin or `POST /v1/jobs/{id}/trigger`, `not_before` = now), a `Retry` of a run (actor
+    `retry`, `not_before` = after its delay, `scheduled_for` = the instant being retried), or a
+    scheduled instant held behind a trigger's run (actor `HELD_ACTOR`, `scheduled_for` = the
+    instant, `not_before` = the end of the run it waited for, `missed_runs` = the instants
+    counted as missed when it was held, which its run reports)."""
 
     job = models.ForeignKey(JobState, on_delete=models.CASCADE, related_name="triggers")
     actor = models.CharField(max_length=150)
     not_before = models.BigIntegerField()
     scheduled_for = models.BigIntegerField(null=True, blank=True)
     retry_attempt = models.PositiveSmallIntegerField(default=0)
+    missed_runs = models.PositiveIntegerField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["job", "not_before"], name="job_trigger_due_idx")]
 
     def __str__(self) -> str:
         return f"{self.job_id} by {self.actor}"
+
+    @property
+    def held(self) -> bool:
+        """A scheduled instant held behind a run (not a manual trigger or a `Retry`)."""
+        return self.scheduled_for is not None and self.actor == HELD_ACTOR
 
 
 class IdleMark(models.Model):

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from conversations.models import Submission
+from core import clock
 from extensions_host.background.declarations import Job, JobRun, PromptAction, add_job
 from extensions_host.background.models import JobState, JobTrigger
 from extensions_host.background.services.jobs import (
@@ -216,7 +217,8 @@ def test_a_retry_due_with_a_scheduled_instant_runs_and_the_instant_runs_on_the_n
     fake_clock.set(first + 10_000)  # the retry of `first` and the instant first + 10 s
     assert job_run(job_id=JOB) == "ok"
     assert runs.instants == [first]
-    assert state().next_run_at == first + 10_000  # still due, never moved silently
+    # still due, never moved silently: held behind the retry's run, the next run
+    assert jobs_list()[0]["next_run_at"] == clock.from_ms(first + 10_000)
     assert jobs_run_due() is False  # the next sweep
     fake_clock.set(first + 20_000)
     jobs_run_due()
@@ -258,11 +260,157 @@ def test_an_instant_held_behind_a_trigger_past_the_grace_is_counted_as_missed(
     fake_clock.set(first)
     jobs_run_due()
     runs.advance_ms = 0
-    jobs_run_due()  # `first` is 5 s old now: a misfire, counted
+    fake_clock.set(first + 5_000 + 2_000)  # the host was down for 2 s after the manual run
+    jobs_run_due()
 
     assert [r.manual for r in runs.runs] == [True]
     assert (state().missed_runs, state().last_missed_at) == (1, first)
     assert state().next_run_at == first + 10_000
+    assert not JobTrigger.objects.exists()
+
+
+def test_an_instant_held_behind_a_trigger_runs_after_it_however_long_the_trigger_ran(
+    install, fake_clock, sent, settings
+):
+    """Its grace counts from the end of the run it waited for, as a buffered instant's."""
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
+    runs = Runs(fake_clock, advance_ms=5_000)  # the manual run outlasts the grace
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    job_trigger(job_id=JOB, actor="staff")
+
+    fake_clock.set(first)
+    jobs_run_due()
+    runs.advance_ms = 0
+    jobs_run_due()  # right after the manual run: `first` runs, 5 s late
+
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [(first, True), (first, False)]
+    assert (state().missed_runs, state().overlap_skips) == (0, 0)
+    assert state().next_run_at == first + 10_000
+
+
+def test_skip_overlap_counts_instants_that_came_due_during_a_trigger_run_and_runs_the_held_one(
+    install, fake_clock, sent
+):
+    """The overlap rule applies after a manual run as after a scheduled one; the instant the
+    manual run held runs next."""
+    runs = Runs(fake_clock, advance_ms=25_000)  # each run takes 25 s; the period is 10 s
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first - 5)
+    job_trigger(job_id=JOB, actor="staff")
+
+    fake_clock.set(first)
+    jobs_run_due()  # the manual run, first .. first + 25 s; `first` held behind it
+    runs.advance_ms = 0
+    jobs_run_due()
+    jobs_run_due()
+
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [(first, True), (first, False)]
+    # first + 10 s and first + 20 s came due while the manual run held the job
+    assert (state().overlap_skips, state().missed_runs) == (2, 0)
+    assert state().next_run_at == first + 30_000
+
+
+def test_skip_overlap_applies_after_a_long_retry_re_offer_too(install, fake_clock, sent):
+    runs = Runs(fake_clock)
+    runs.fail = Retry(10, "later")  # re-offered exactly at the next instant
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first)
+    assert job_run(job_id=JOB) == "retry"
+    runs.fail = None
+    runs.advance_ms = 25_000
+
+    fake_clock.set(first + 10_000)
+    jobs_run_due()  # the retry of `first`, first + 10 s .. first + 35 s; first + 10 s held
+    runs.advance_ms = 0
+    jobs_run_due()
+    jobs_run_due()
+
+    assert runs.instants == [first, first + 10_000]
+    assert (state().overlap_skips, state().missed_runs) == (2, 0)  # first + 20 s, first + 30 s
+    assert state().next_run_at == first + 40_000
+
+
+def test_buffer_one_runs_the_held_instant_then_the_latest_that_came_due_during_a_trigger_run(
+    install, fake_clock, sent
+):
+    runs = Runs(fake_clock, advance_ms=25_000)
+    install(job_ext(runs, overlap="buffer_one"))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first - 5)
+    job_trigger(job_id=JOB, actor="staff")
+
+    fake_clock.set(first)
+    jobs_run_due()  # the manual run, first .. first + 25 s
+    runs.advance_ms = 0
+    jobs_run_due()
+    jobs_run_due()
+    jobs_run_due()
+
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [
+        (first, True),
+        (first, False),  # the held instant
+        (first + 20_000, False),  # the latest that came due during the manual run
+    ]
+    assert (state().overlap_skips, state().missed_runs) == (1, 0)
+    assert state().next_run_at == first + 30_000
+
+
+def test_a_second_trigger_keeps_the_held_instant_held_until_a_later_instant_is_due(
+    install, fake_clock, sent
+):
+    runs = Runs()
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first - 5)
+    job_trigger(job_id=JOB, actor="staff")
+    fake_clock.set(first)
+    jobs_run_due()  # `first` held behind the manual run
+    job_trigger(job_id=JOB, actor="staff")
+
+    jobs_run_due()  # the second manual run: `first` stays held
+    assert jobs_list()[0]["next_run_at"] == clock.from_ms(first)
+    job_trigger(job_id=JOB, actor="staff")
+    fake_clock.set(first + 10_000)
+    jobs_run_due()  # the third, with first + 10 s due: it is held, `first` counted
+    jobs_run_due()
+
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [
+        (first, True),
+        (first, True),
+        (first + 10_000, True),
+        (first + 10_000, False),
+    ]
+    assert (state().missed_runs, state().last_missed_at) == (1, first)
+
+
+def test_a_held_catch_up_run_reports_the_instants_missed_before_it(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
+    runs = Runs()
+    install(job_ext(runs, catch_up="once"))
+    jobs_run_due()
+    first = state().next_run_at
+    fake_clock.set(first + 45_000)  # five instants passed while the host was down
+    job_trigger(job_id=JOB, actor="staff")
+
+    jobs_run_due()  # the manual run; the catch-up run is held behind it
+    jobs_run_due()
+
+    assert [(r.scheduled_for, r.manual) for r in runs.runs] == [
+        (first + 45_000, True),
+        (first + 40_000, False),
+    ]
+    assert runs.runs[1].missed_runs == 5
+    assert state().missed_runs == 5
 
 
 def test_a_manual_trigger_runs_the_job_now(install, fake_clock, sent, api, staff):

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 
 from core.services import lifecycle_record
 from extensions_host.background.declarations import Worker, WorkerWake, add_worker
@@ -369,3 +370,109 @@ def test_a_failing_activate_stops_the_extension_and_its_wake_waits_for_the_resum
     resume("alpha")
     assert worker_run(extension_id="alpha", name="tidy") == "ok"
     assert runs == ["c"]
+
+
+# --- host trouble, dead runs, the sweep's tasks ----------------------------------------------
+
+
+def _store_read_fails(ctx: Any, wake: WorkerWake) -> None:
+    ctx.collection("effect").get("k")  # the read meets the host's lost database: store/unavailable
+
+
+def _host_service_fails(ctx: Any, wake: WorkerWake) -> None:
+    raise OperationalError("database is locked")  # from a host service the run called
+
+
+@pytest.mark.parametrize("run", [_store_read_fails, _host_service_fails], ids=["read", "service"])
+def test_store_trouble_in_a_run_keeps_the_wake_and_is_not_the_extensions_failure(
+    install, sent, monkeypatch, django_capture_on_commit_callbacks, run
+):
+    def locked(**kwargs: Any) -> None:
+        raise OperationalError("database is locked")
+
+    install(with_worker(run))
+    monkeypatch.setattr("extensions_host.services.records.record_get", locked)
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert worker_run(extension_id="alpha", name="tidy") == "unavailable"
+
+    assert sent.of("run_worker") == []  # no loop while the database is down: beat's sweep
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.pending_wake == {"event": "conversation_archived", "conversation_id": "c"}
+    assert (state.runs, state.last_outcome, state.running_token) == (0, "", "")
+    assert not Notification.objects.exists()  # spec 02 §1: host trouble is never its fault
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_wake_pending()
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+
+
+def test_a_dead_run_whose_lease_ran_out_is_recorded_once_by_the_task_that_takes_over(
+    install, sent, fake_clock
+):
+    runs: list[str] = []
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        runs.append(wake.conversation_id)
+        if wake.conversation_id == "first":
+            raise SystemExit(1)  # as if its process died mid-run: it never finishes
+
+    install(with_worker(run, deadline_s=1))
+    worker_wake(
+        extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "first")
+    )
+    with pytest.raises(SystemExit):
+        worker_run(extension_id="alpha", name="tidy", delivery="task-1")
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "next"))
+    assert workers_summary()[0]["running"] is True
+    fake_clock.advance(seconds=62)  # the lease (deadline + grace) ran out; no redelivery came
+    assert workers_summary()[0]["running"] is False
+
+    assert worker_run(extension_id="alpha", name="tidy", delivery="sweep-task") == "ok"
+    assert worker_run(extension_id="alpha", name="tidy", delivery="task-1") == "idle"  # late
+
+    assert runs == ["first", "next"]
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert (state.runs, state.last_outcome, state.running_token) == (2, "ok", "")
+    (note,) = Notification.objects.all()
+    assert (note.type, note.body) == ("job.failed", "worker tidy crashed its worker")
+
+
+def test_a_dead_runs_lease_that_ran_out_is_recorded_even_when_no_wake_is_pending(
+    install, sent, fake_clock
+):
+    install(with_worker(lambda ctx, wake: None, deadline_s=1))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    WorkerState.objects.filter(extension_id="alpha").update(
+        pending_wake=None,
+        running_token="dead",
+        running_since=fake_clock.now_ms(),
+        running_until=fake_clock.now_ms() + 61_000,
+    )
+    fake_clock.advance(seconds=62)
+
+    assert worker_run(extension_id="alpha", name="tidy") == "idle"
+    assert worker_run(extension_id="alpha", name="tidy") == "idle"
+
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert (state.runs, state.last_outcome, state.running_token) == (1, "failed", "")
+    assert Notification.objects.filter(type="job.failed").count() == 1
+
+
+def test_the_run_tasks_the_worker_sweep_sends_expire_unrun_under_a_backlog(
+    install, sent, django_capture_on_commit_callbacks
+):
+    install(with_worker(lambda ctx, wake: None))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_wake_pending()
+
+    # a wake whose task is merely queued gets one more each sweep: they expire, not pile up
+    assert sent.of("run_worker") == [
+        (("alpha", "tidy"), {"expires": workers_service.SWEEP_RUN_EXPIRES_S})
+    ]
+    assert 30 < workers_service.SWEEP_RUN_EXPIRES_S <= 300

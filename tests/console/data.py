@@ -101,7 +101,12 @@ def fill_host(owner: Any) -> Host:
     LifecycleDelivery.objects.create(
         extension_id="keeper", event_id=1, kind="conversation_created", conversation_id="c1"
     )
-    outbox = OutboxNotification.objects.create(type="job.failed", title="Job nightly failed")
+    outbox = OutboxNotification.objects.create(
+        type="job.failed",
+        title="Job nightly of keeper failed",
+        body="nightly failed: timeout",
+        job_id="ext:keeper:nightly",
+    )
     outbox.deliveries.create(extension_id="keeper", notifier="pager", status="failed", attempts=5)
     NotifierHealth.objects.create(
         extension_id="keeper",

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from extensions_host.sdk import Collection, Document, Extension
+from extensions_host.sdk import Collection, CommandError, Document, Extension, Job, add_job
 
 
 class Note(BaseModel):
@@ -59,4 +59,17 @@ def flaky(ext_id: str = "flaky") -> Extension:
     def project(ctx: Any, conversation_id: str) -> Board:
         return Board(notes=0)
 
+    return ext
+
+
+def reporter(failing: list[bool], ext_id: str = "reporter") -> Extension:
+    """An extension with an hourly job `nightly` whose runs fail while `failing[0]` is true (a
+    typed error: the run is recorded as failed and notified, the extension keeps running)."""
+    ext = Extension(id=ext_id, version="1.0.0", grants={"timers"})
+
+    def nightly(ctx: Any, run: Any) -> None:
+        if failing[0]:
+            raise CommandError("rejected", "quota at the provider")
+
+    add_job(ext, Job("nightly", every_seconds=3600, action=nightly))
     return ext

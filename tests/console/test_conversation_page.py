@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from conversations.models import Conversation
+
 from .conftest import STOP_REASON, section
 
 PAGE = reverse("admin:conversations_conversation_change", args=["c1"])
@@ -43,3 +45,18 @@ def test_the_page_links_to_the_live_inspector_and_the_artifact_debug_view(consol
     assert reverse("admin:artifacts_world_debug", args=["c1"]) in html
     listing = console.get(reverse("admin:conversations_conversation_changelist")).content
     assert reverse("inspector:page", args=["c1"]).encode() in listing
+
+
+def test_no_conversation_is_deleted_from_the_console_not_even_by_a_superuser(console, host):
+    """A delete would cascade past the services into read-only admins' rows (Django then
+    refuses it with a 403): the console never offers one. Archive and retention remove them."""
+    delete = reverse("admin:conversations_conversation_delete", args=["c1"])
+    changelist = reverse("admin:conversations_conversation_changelist")
+
+    assert delete not in console.get(PAGE).content.decode()
+    assert 'value="delete_selected"' not in console.get(changelist).content.decode()
+    assert console.get(delete).status_code == 403
+    assert console.post(delete, {"post": "yes"}).status_code == 403
+    bulk = {"action": "delete_selected", "_selected_action": ["c1"], "post": "yes"}
+    console.post(changelist, bulk)
+    assert Conversation.objects.filter(pk="c1").exists()

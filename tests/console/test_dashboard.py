@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from extensions_host.background.models import Timer
+from extensions_host.background.services.jobs import job_run, job_trigger
+from extensions_host.contributions.models import Notification
 from extensions_host.services.roster import extension_resume
+from inspector.console import ROWS
 
-from .conftest import STOP_REASON
+from .conftest import STOP_REASON, section
 from .data import fill_host
-from .exts import flaky, keeper
+from .exts import flaky, keeper, reporter
 
 
 @pytest.fixture
@@ -88,3 +93,47 @@ def test_the_dashboard_figures_are_the_ones_meta_and_metrics_give(install, host)
     assert dash["max_lag"] == lag["settled"]["max_lag"] == 1
     assert dash["core_cursor"] == lag["settled"]["core_cursor"]
     assert dash["lifecycle_backlog"] == sum(lag["outbox"]["pending"].values()) == 1
+
+
+NIGHTLY = "ext:reporter:nightly"
+
+
+def test_every_job_run_that_failed_in_the_last_day_counts_even_after_the_job_recovered(
+    console, install
+):
+    failing = [True]
+    install(keeper(), reporter(failing))
+
+    def run(fails: bool) -> str:
+        failing[0] = fails
+        job_trigger(job_id=NIGHTLY, actor="staff")
+        return job_run(job_id=NIGHTLY)
+
+    assert [run(True), run(False), run(True), run(False)] == ["failed", "ok", "failed", "ok"]
+
+    html = console.get(reverse("admin:index")).content.decode()
+    assert figure(html, "hy-failed-jobs") == "2"  # the job's latest run went well
+    jobs = section(html, "hy-jobs")
+    assert NIGHTLY in jobs and "quota at the provider" in jobs
+
+    Notification.objects.update(created_at=timezone.now() - dt.timedelta(days=1, seconds=5))
+    html = console.get(reverse("admin:index")).content.decode()
+    assert figure(html, "hy-failed-jobs") == "0"
+    assert 'id="hy-jobs"' not in html
+
+
+def test_the_failed_job_runs_figure_counts_past_the_rows_shown_and_leaves_out_workers(
+    console, install
+):
+    install(keeper())
+    Notification.objects.bulk_create(
+        Notification(type="job.failed", title="failed", job_id=f"ext:keeper:job{n:03}")
+        for n in range(ROWS + 10)
+    )
+    Notification.objects.create(type="job.failed", title="w", job_id="ext:keeper:worker:tidy")
+
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert figure(html, "hy-failed-jobs") == str(ROWS + 10)
+    assert section(html, "hy-jobs").count("<tr><td>ext:keeper:job") == ROWS
+    assert "worker:tidy" not in html

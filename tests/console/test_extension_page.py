@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from core import clock
 from core.models import AuditEntry
+from extensions_host.background.models import WorkerState
 from extensions_host.models import ExtensionStatus, RosterEntry
 
 from .conftest import STOP_REASON, section
@@ -154,3 +156,14 @@ def test_non_staff_cannot_open_the_console(client, owner, host):
     client.force_login(owner)
     assert client.get(page_url("keeper")).status_code == 302
     assert client.get(reverse("admin:index")).status_code == 302
+
+
+def test_a_worker_shows_running_only_while_its_runs_lease_is_live(console, host):
+    worker = WorkerState.objects.filter(extension_id="keeper", name="indexer")
+    badge = 'indexer</code> <span class="hy-badge hy-warning">running</span>'
+    worker.update(running_token="t", running_until=clock.now_ms() + 60_000)
+    assert badge in section(console.get(page_url("keeper")).content.decode(), "hy-jobs")
+
+    # a run whose process died: its token stays until a claim records it, its lease ran out
+    worker.update(running_until=clock.now_ms() - 1)
+    assert badge not in section(console.get(page_url("keeper")).content.decode(), "hy-jobs")

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import httpx
 import pytest
+from asgiref.sync import async_to_sync
+from django.core.handlers.asgi import ASGIHandler
 from django.db import InterfaceError, OperationalError, ProgrammingError
 from django.test import Client
 from rest_framework.test import APIClient
 
 from conversations.models import Conversation
 from core import clock, services
-from core.errors import HostError, bound_text
+from core.errors import MSG_INVALID_BODY, HostError, bound_text
+from core.validation import PROBLEM_NOT_UNICODE, PROBLEM_NUL
 
 pytestmark = pytest.mark.django_db
 
@@ -173,3 +177,61 @@ def test_a_database_error_that_is_not_transient_is_still_a_server_error(api, own
 
     with pytest.raises(ProgrammingError):
         api(owner).get("/v1/conversations")
+
+
+# --- query strings the database could not store (core.middleware.QueryStringMiddleware) --------
+
+QUERY_PROBLEMS = [
+    ("probe=a%00b", {"probe": [PROBLEM_NUL]}),
+    ("probe=ok&probe=%00&other=%00", {"probe": [PROBLEM_NUL], "other": [PROBLEM_NUL]}),
+    ("a%00b=1", {"query": [PROBLEM_NUL]}),  # in a name: reported under `query`
+    ("probe=%FF", {"probe": [PROBLEM_NOT_UNICODE]}),  # not UTF-8
+    ("probe=%ED%A0%80", {"probe": [PROBLEM_NOT_UNICODE]}),  # a lone surrogate
+]
+
+
+@pytest.mark.parametrize(("query", "details"), QUERY_PROBLEMS)
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/v1/conversations"])
+def test_a_query_the_database_cannot_store_is_a_400_in_the_error_model_on_api_paths(
+    path, query, details
+):
+    """Even where no view reads the parameter: the body the API's own query validation gives."""
+    response = Client().get(f"{path}?{query}", HTTP_AUTHORIZATION="Bearer test-service-token")
+
+    assert response.status_code == 400, response.content[:200]
+    assert response.json()["error"] == {
+        "category": "contract",
+        "cause": "invalid",
+        "message": MSG_INVALID_BODY,
+        "details": details,
+    }
+    assert response["X-Request-Id"]
+
+
+def test_a_query_the_database_cannot_store_is_a_plain_400_page_elsewhere():
+    response = Client().get("/admin/login/?next=/admin/%00")
+
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+    assert b"Bad Request (400)" in response.content
+
+
+def test_any_text_the_database_can_store_passes_the_query_check():
+    client = Client()
+    for query in ("q=%C3%A9t%C3%A9+%F0%9F%98%80", "q=été", "q=&flag", "q=%2500", "q=a%2Bb&q=%26"):
+        assert client.get(f"/healthz?{query}").status_code == 200, query
+    assert client.get("/admin/login/?next=/admin/%C3%A9").status_code == 200
+
+
+@pytest.mark.parametrize(("query", "status"), [(b"probe=%00", 400), (b"probe=%C3%A9", 200)])
+def test_asgi_a_query_the_database_cannot_store_is_a_400_too(query, status):
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=ASGIHandler())
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            return await c.get(httpx.URL("/healthz", query=query))
+
+    response = async_to_sync(call)()
+
+    assert response.status_code == status
+    if status == 400:
+        assert response.json()["error"]["details"] == {"probe": [PROBLEM_NUL]}

@@ -19,6 +19,8 @@ import pytest
 from django.conf import settings
 
 from core.errors import STATUS_BY_CAUSE
+from extensions_host.contributions.services.notify import BODY_MAX, TITLE_MAX
+from extensions_host.contributions.services.slash import ARGS_MAX, NOTICE_MAX
 from extensions_host.sdk import (
     GRANTS,
     HOOK_GRANTS,
@@ -28,6 +30,8 @@ from extensions_host.sdk import (
     StateError,
 )
 from extensions_host.services import errors as error_mapping
+from extensions_host.surfaces.services.ambient import CONTENT_MAX_BYTES
+from extensions_host.surfaces.services.toolcalls import ARGUMENTS_MAX_BYTES, RESULT_MAX_BYTES
 
 BASE_DIR = Path(settings.BASE_DIR)
 DOC = BASE_DIR / "docs" / "extending.md"
@@ -158,3 +162,23 @@ def test_the_reference_lists_every_error_kind():
     for error_type in (StateError, AdmissionError, CommandError):
         listed = {kind.strip("` ") for kind in kinds[error_type.__name__].split(",")}
         assert listed == set(error_type.kinds), error_type.__name__
+
+
+def kib(size: int) -> str:
+    assert size % 1024 == 0, size
+    return f"{size // 1024} KiB"
+
+
+def test_the_bounds_table_states_the_hosts_own_limits():
+    """The bounds set by the services' constants, each in its row of §2.11 as the code says."""
+    bounds = {row[0]: row[1] for row in table_rows(DOC.read_text(), "### 2.11 Bounds")}
+
+    ambient = f"`body` and `details` together ≤ {kib(CONTENT_MAX_BYTES)} of JSON"
+    assert ambient in bounds["ambient surface"]
+    assert f"arguments ≤ {kib(ARGUMENTS_MAX_BYTES)} of JSON (400)" in bounds["tool call"]
+    assert f"result ≤ {kib(RESULT_MAX_BYTES)} of JSON" in bounds["tool call"]
+    assert "stops the extension" in bounds["tool call"]
+    assert f"arguments ≤ {ARGS_MAX:,} characters (400)" in bounds["slash command"]
+    assert f"`notice` cut to {NOTICE_MAX:,} characters" in bounds["slash command"]
+    notification = f"title cut to {TITLE_MAX:,} characters, body to {BODY_MAX:,}"
+    assert notification in bounds["notification"]

@@ -60,6 +60,16 @@ def install(db: Any, settings: Any) -> Iterator[Callable[..., None]]:
 
 
 @pytest.fixture
+def chaos_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled `chaos` example importable here and in every process started afterwards
+    (as `make run`'s `PYTHONPATH` puts the examples), so `install("chaos")` can load it."""
+    folder = str(exts.CHAOS_DIR)
+    monkeypatch.syspath_prepend(folder)
+    inherited = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (folder, inherited) if p))
+
+
+@pytest.fixture
 def fresh_pools(broker: Any) -> Iterator[None]:
     """Start from an empty kombu pool registry (a closed pool of an earlier test would fail
     the next send)."""

@@ -1,11 +1,12 @@
 """Extensions the reliability tests install here and in real worker processes
-(`HOST_EXTENSIONS=tests.reliability.exts:<id>`), and one probe task.
+(`HOST_EXTENSIONS=tests.reliability.exts:<id>`), and one probe task. `chaos` is the bundled
+faulty example (`examples/chaos`, spec 08), configured by its settings (`fault`).
 
 Run-time switches and observations go through files named by environment variables, so the
 test process and the workers see the same ones:
 
-- `REL_DELIVERIES`: `crasher`, `sleeper` and `napper` append `<pid> <key>` when a hook (or a
-  worker run) starts; `faulty` appends `<pid> <ms>:<hook item>`.
+- `REL_DELIVERIES`: `crasher` and `napper` append `<pid> <key>` when a hook (or a worker run)
+  starts; `faulty` appends `<pid> <ms>:<hook item>`.
 - `REL_PROBES`: the `probe` task appends the id it loaded.
 
 Every effect is a record written in the hook's frame; its `n` counts how often the hook for
@@ -118,21 +119,18 @@ napper = _ext("napper", {"lifecycle"})
 add_worker(napper, Worker(NAPPER_WORKER, wake_on=["conversation_created"], run=run_nap))
 
 
-# --- deadline overrun --------------------------------------------------------------------------
+# --- the bundled chaos example -----------------------------------------------------------------
 
-SLEEP_S = 5.0
-DEADLINE_S = 0.5
-
-
-def on_timer_sleep(ctx: Any, timer: Any) -> None:
-    _append("REL_DELIVERIES", f"{os.getpid()} {timer.key}")
-    if timer.key.startswith("slow"):
-        time.sleep(SLEEP_S)  # 10× the deadline
-    count(ctx, timer.key, [time.time_ns() // 1_000_000, os.getpid()])
+# its package folder: on this process's path and the workers' `PYTHONPATH` (`chaos_importable`)
+CHAOS_DIR = Path(__file__).resolve().parents[2] / "examples" / "chaos"
+CHAOS_PATH = "hyphae_chaos.extension:chaos"
 
 
-sleeper = _ext("sleeper", {"timers"}, deadline_s=DEADLINE_S)
-sleeper.on_timer(on_timer_sleep)
+def chaos_extension() -> Extension:
+    """The example's definition (importable once `chaos_importable` put it on the path)."""
+    from hyphae_chaos.extension import chaos
+
+    return chaos
 
 
 # --- faulty among healthy ----------------------------------------------------------------------
@@ -210,8 +208,8 @@ MODULE = __name__
 
 
 def paths(*ids: str) -> list[str]:
-    return [f"{MODULE}:{ext_id}" for ext_id in ids]
+    return [CHAOS_PATH if ext_id == "chaos" else f"{MODULE}:{ext_id}" for ext_id in ids]
 
 
 def definitions(*ids: str) -> list[Extension]:
-    return [globals()[ext_id] for ext_id in ids]
+    return [chaos_extension() if ext_id == "chaos" else globals()[ext_id] for ext_id in ids]

@@ -19,17 +19,17 @@ from extensions_host.background import tasks
 from extensions_host.background.models import SettledCursor, Timer, WorkerState
 from extensions_host.background.services.common import enqueue
 from extensions_host.background.services.settled import core_cursor
+from extensions_host.contributions.services.stores import settings_edit
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 
 from .conftest import claimed_runs, ready, set_timers, wait_until
 from .exts import (
-    DEADLINE_S,
     FAULTY_ID,
     HEALTHY_IDS,
     NAPPER_WORKER,
-    SLEEP_S,
     Effect,
     Files,
+    chaos_extension,
     probe,
 )
 
@@ -140,30 +140,37 @@ def test_an_idle_worker_whose_runs_kill_their_process_is_quarantined_after_three
 
 
 def test_a_hook_sleeping_ten_times_its_deadline_is_stopped_and_frees_its_worker(
-    install, processes, files
+    install, chaos_importable, processes, files
 ):
-    install("sleeper", "steady")
+    """The bundled `chaos` example, its `sleep` fault on `on_timer` set by staff."""
+    install("chaos", "steady")
+    deadline_s = chaos_extension().deadline_s
+    assert deadline_s is not None
+    sleep_s = 10 * deadline_s
+    settings_edit(
+        extension_id="chaos",
+        value={"fault": "sleep", "hooks": ["on_timer"], "sleep_seconds": sleep_s},
+        actor="staff",
+    )
     processes.worker(concurrency=1, **worker_env(files))  # one slot: the next timer needs it
     ready(processes, 1)
     now = clock.now_ms()
-    set_timers("sleeper", {"slow": now - 10})
+    set_timers("chaos", {"slow": now - 10})
     set_timers("steady", {"next": now - 5})  # same page, after the slow one, same slot
+    sent = time.monotonic()  # the idle worker takes the sweep at once: the hook starts then
     tasks.fire_timers.delay()
-    wait_until(lambda: "slow" in files.delivered(), timeout=30, interval=0.01)
-    hook_started = time.monotonic()
 
     wait_until(lambda: "next" in effects("steady"), timeout=30, interval=0.01)
-    freed_after = time.monotonic() - hook_started
-    wait_until(
-        lambda: roster("sleeper").status == ExtensionStatus.STOPPED, timeout=30, interval=0.01
-    )
+    freed_after = time.monotonic() - sent
+    wait_until(lambda: roster("chaos").status == ExtensionStatus.STOPPED, timeout=30, interval=0.01)
 
-    assert roster("sleeper").reason == "on_timer exceeded its deadline"
-    assert effects("sleeper") == {}  # rolled back
-    assert freed_after < SLEEP_S / 2  # about the deadline (0.5 s), far from the 5 s sleep
+    assert roster("chaos").reason == "on_timer exceeded its deadline"
+    assert not ExtensionRecord.objects.filter(extension_id="chaos").exists()  # its hit rolled back
+    assert Timer.objects.filter(extension_id="chaos", key="slow").exists()  # fires on resume
+    assert freed_after < sleep_s / 2  # about the deadline (1 s), far from the 10 s sleep
     print(
-        f"\ndeadline {DEADLINE_S}s, sleep {SLEEP_S}s: stopped and the slot ran the next "
-        f"timer {freed_after:.2f}s after the hook started"
+        f"\nchaos: deadline {deadline_s}s, sleep {sleep_s}s: stopped and the slot ran the next "
+        f"timer {freed_after:.2f}s after the sweep was sent"
     )
 
 

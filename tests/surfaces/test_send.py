@@ -236,6 +236,17 @@ def test_when_becomes_the_submissions_not_before(install, conversation, fake_clo
     assert clock.to_ms(Submission.objects.get(pk=outcome.value.submission_id).not_before) == due
 
 
+def test_the_last_instant_a_datetime_holds_is_a_valid_when(install, conversation):
+    install(sender())
+    conversation("c1")
+
+    outcome = in_frame("rem", send(when=clock.MAX_MS))
+
+    assert isinstance(outcome.value, Accepted)
+    not_before = Submission.objects.get(pk=outcome.value.submission_id).not_before
+    assert not_before.year == 9999
+
+
 def test_without_the_send_grant_the_send_is_closed(install, conversation):
     install(make_ext("rem", grants={"timers"}))
     conversation("c1")
@@ -284,6 +295,9 @@ def test_the_rate_limit_is_per_extension(install, conversation, settings):
     [
         ({"when": -1}, "Send instant must be epoch milliseconds"),
         ({"when": True}, "Send instant must be epoch milliseconds"),
+        # past 9999-12-31T23:59:59.999Z no datetime holds the instant: invalid, never a defect
+        ({"when": clock.MAX_MS + 1}, "Send instant must be epoch milliseconds"),
+        ({"when": 2**53 - 1}, "Send instant must be epoch milliseconds"),
         ({"when_busy": "later"}, "Send when_busy must be queue, steer or reject"),
         ({"correlation": 5}, "Send correlation must be a string of at most 256 characters"),
         ({"cid": "bad id!"}, "Conversation id is invalid"),

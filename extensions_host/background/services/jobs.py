@@ -10,15 +10,20 @@ row's next instant, outcome and counters commit together with the action's effec
 rolls all of it back; the next sweep runs the instant again (within the grace) or counts it as
 missed.
 
-- **Missed runs**: instants older than `HOST_JOB_MISFIRE_GRACE_SECONDS` when the sweep sees
-  them (the host or the extension was down) are counted (`missed_runs`, `last_missed_at`) and
-  skipped, or run once (`catch_up="once"`). `next_run_at` never moves past an instant without
-  counting it.
-- **Overlap**: instants that came due while the job ran are skipped and counted
-  (`overlap="skip"`, default) or run once right after (`buffer_one`: the latest of them, whose
-  grace counts from the end of the run it waited for).
-- **Triggers** (a manual run, a `Retry`'s re-offer) take the next run; a scheduled instant due
-  at the same time stays due and runs on the next sweep (or is counted, past the grace).
+- **Missed runs**: of the instants due when the sweep sees them, the latest runs and the older
+  ones are counted (`missed_runs`, `last_missed_at`); so is the latest when it is older than
+  `HOST_JOB_MISFIRE_GRACE_SECONDS` (the host or the extension was down), unless
+  `catch_up="once"` runs it. `next_run_at` never moves past an instant without running,
+  counting or holding it.
+- **Overlap**: instants that came due while a run (any run) held the job are skipped and
+  counted (`overlap_skips`, `overlap="skip"`, default), or the latest of them runs right after
+  (`buffer_one`) and the others are counted.
+- **Triggers** (a manual run, a `Retry`'s re-offer) take the run; the scheduled instant due at
+  the same time is held behind it (a `JobTrigger` row of `HELD_ACTOR`) and runs on the next
+  sweep, alone, as a scheduled run; a trigger due then runs first and it stays held (or is
+  counted, when a later instant came due meanwhile: that one is held instead).
+- An instant that waited for a run of the job (held, or buffered) has its misfire grace counted
+  from that run's end, not from when it came due: however long the run took, it runs after it.
 - A failed run (a typed error, a defect, a refused prompt) records the outcome and emits a
   `job.failed` notification; a defect also stops the extension (frame rules); `Retry` re-offers
   the run after its delay (bounded like every retry).
@@ -34,7 +39,7 @@ from typing import Any
 from croniter import croniter
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, Min, OuterRef, Q
 
 from conversations.services import Origin, submission_admit
 from core import clock
@@ -42,7 +47,7 @@ from core.errors import MSG_NOT_FOUND, HostError
 from core.services import audit_record
 from extensions_host import registry
 from extensions_host.background.declarations import Job, JobRun, PromptAction, job_id, jobs_of
-from extensions_host.background.models import JobState, JobTrigger, Outcome
+from extensions_host.background.models import HELD_ACTOR, JobState, JobTrigger, Outcome
 from extensions_host.background.services.common import eligible_ids, enqueue, page_with_retries
 from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.contributions.outside import extension_available
@@ -220,7 +225,7 @@ def _run_locked(page: FramePage, declared: Declared) -> str:
     if row is None:
         return "busy"  # running right now (another worker holds the row)
     now = clock.now_ms()
-    triggers = list(
+    offered = list(
         JobTrigger.objects.filter(job_id=row.pk, not_before__lte=now).order_by("not_before", "pk")
     )
     count, _, last = (
@@ -228,33 +233,43 @@ def _run_locked(page: FramePage, declared: Declared) -> str:
         if row.next_run_at is not None and row.next_run_at <= now
         else (0, None, None)
     )
-    if count == 0 and not triggers:
+    if count == 0 and not offered:
         return "idle"
-    run: JobRun | None = None
+    held = sorted((t for t in offered if t.held), key=lambda t: (t.scheduled_for, t.pk))
+    triggers = [t for t in offered if not t.held]
     attempt = 0
-    # A trigger takes this run; scheduled instants that are due too stay due (`next_run_at`
-    # unmoved): the next sweep runs or counts them by the rules below, never drops them.
-    held = bool(triggers) and count > 0
+    run: JobRun | None
     if triggers:
+        # a manual run or a `Retry` re-offer takes this run; the scheduled instants due too
+        # (those held behind earlier runs included) wait behind it: the latest is held
         run, attempt = _trigger_run(row, triggers, now)
-    elif last is not None:
-        grace = settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
-        latest_in_grace = now - _grace_start(row, job, last) <= grace
-        missed = count - 1 + (0 if latest_in_grace else 1)
-        if missed:
-            row.missed_runs += missed
-            row.last_missed_at = last if not latest_in_grace else _previous(job, last, row)
-        if latest_in_grace or job.catch_up == "once":
-            run = JobRun(job_id=row.pk, scheduled_for=last, fired_at=now, missed_runs=missed)
+        waiting = _due_run(row, job, now, count=count, last=last, held=held)
+        consumed = triggers + held
+    else:
+        # an instant held behind an earlier run goes first, alone; the scheduled instants due
+        # now wait behind it in turn
+        consumed = held[:1]
+        run = _due_run(row, job, now, count=0, last=None, held=consumed)
+        waiting = _due_run(row, job, now, count=count, last=last)
+        if run is None:
+            run, waiting = waiting, None
     status = "idle"
     if run is not None:
         outcome = _run_action(page, declared, run, attempt)
         status = _record(row, declared, run, outcome, now, attempt)
-    if triggers:
-        JobTrigger.objects.filter(pk__in=[t.pk for t in triggers]).delete()
-    if not held:
-        next_run = next_after(job, now)
-        row.next_run_at = _after_overlap(row, job, now, next_run) if run is not None else next_run
+    JobTrigger.objects.filter(pk__in=[t.pk for t in consumed]).delete()
+    finished = clock.now_ms()
+    row.next_run_at = (
+        _after_overlap(row, job, now, finished) if run is not None else next_after(job, now)
+    )
+    if waiting is not None:
+        JobTrigger.objects.create(
+            job_id=row.pk,
+            actor=HELD_ACTOR,
+            not_before=finished,
+            scheduled_for=waiting.scheduled_for,
+            missed_runs=waiting.missed_runs,
+        )
     row.save()
     return status
 
@@ -269,13 +284,43 @@ def _trigger_run(row: JobState, triggers: list[JobTrigger], now: int) -> tuple[J
     return run, max(t.retry_attempt for t in triggers)
 
 
-def _grace_start(row: JobState, job: Job, instant: int) -> int:
-    """When an instant's misfire grace starts: when it came due, or for a `buffer_one` job's
-    buffered instant (due before the job's last run ended) at that run's end: it waited for
-    the run, not for a host that was down, and runs once right after however long that took."""
-    if job.overlap != "buffer_one" or row.last_run_at is None:
-        return instant
-    return max(instant, row.last_run_at + (row.last_duration_ms or 0))
+def _due_run(
+    row: JobState,
+    job: Job,
+    now: int,
+    *,
+    count: int,
+    last: int | None,
+    held: list[JobTrigger] | None = None,
+) -> JobRun | None:
+    """The run of the latest due scheduled instant while it is in its misfire grace (or as the
+    catch-up run, `catch_up="once"`); the older ones, and the latest past its grace, are
+    counted as missed. Due: the instants `held` behind earlier runs (each carries the instants
+    counted when it was held), then `count` of the schedule, the latest `last`.
+
+    The grace starts when the instant came due or, for one that waited for the job's last run
+    (held behind it, or buffered by `buffer_one`), when that run ended: it waited for the job,
+    not for a host that was down."""
+    held = held or []
+    instants = [t.scheduled_for for t in held if t.scheduled_for is not None]
+    if last is not None:
+        instants.append(last)
+    if not instants:
+        return None
+    latest = instants[-1]
+    released = (row.last_run_at or 0) + (row.last_duration_ms or 0)
+    in_grace = now - max(latest, released) <= settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
+    missed = len(held) + count - (1 if in_grace else 0)
+    if missed:
+        row.missed_runs += missed
+        if not in_grace:
+            row.last_missed_at = latest
+        else:  # the instant before the latest
+            row.last_missed_at = _previous(job, latest, row) if count > 1 else instants[-2]
+    if not in_grace and job.catch_up != "once":
+        return None
+    carried = sum(t.missed_runs for t in held)
+    return JobRun(job_id=row.pk, scheduled_for=latest, fired_at=now, missed_runs=missed + carried)
 
 
 def _previous(job: Job, last: int, row: JobState) -> int | None:
@@ -285,19 +330,17 @@ def _previous(job: Job, last: int, row: JobState) -> int | None:
     return instants_between(job, row.next_run_at, last - 1)[2]
 
 
-def _after_overlap(row: JobState, job: Job, started: int, next_run: int) -> int:
-    """Instants that came due while the run held the job: skipped and counted (`skip`), or the
-    latest of them run right after (`buffer_one`), the others counted."""
-    finished = clock.now_ms()
+def _after_overlap(row: JobState, job: Job, started: int, finished: int) -> int:
+    """The next instant after a run from `started` to `finished`: instants that came due while
+    the run held the job are skipped and counted (`skip`), or the latest of them is run right
+    after (`buffer_one`: it is the next instant, due now), the others counted."""
     count, _, last = instants_between(job, started + 1, finished)
-    if not count:
-        return next_run
-    if job.overlap == "buffer_one":
+    if count and job.overlap == "buffer_one":
         row.overlap_skips += count - 1
         assert last is not None
-        return last  # due now: the next sweep runs it once (`_grace_start`)
+        return last
     row.overlap_skips += count
-    return next_after(job, finished)
+    return next_after(job, max(started, finished))
 
 
 def _run_action(page: FramePage, declared: Declared, run: JobRun, attempt: int) -> FrameOutcome:
@@ -421,9 +464,20 @@ def jobs_list() -> list[dict[str, Any]]:
     """Every declared job with its schedule, next/last run, outcome and missed runs."""
     declared = jobs_declared()
     states = JobState.objects.in_bulk(list(declared))
+    # an instant held behind a run is the next run (due now), before `next_run_at`
+    held = dict(
+        JobTrigger.objects.filter(
+            job_id__in=list(declared), actor=HELD_ACTOR, scheduled_for__isnull=False
+        )
+        .values("job_id")
+        .annotate(first=Min("scheduled_for"))
+        .values_list("job_id", "first")
+    )
     rows = []
     for jid, item in sorted(declared.items()):
         state = states.get(jid)
+        pending = (state.next_run_at if state else None, held.get(jid))
+        next_run = min((at for at in pending if at is not None), default=None)
         rows.append(
             {
                 "id": jid,
@@ -433,7 +487,7 @@ def jobs_list() -> list[dict[str, Any]]:
                 "action": item.job.action_kind,
                 "overlap": item.job.overlap,
                 "catch_up": item.job.catch_up,
-                "next_run_at": _at(state.next_run_at if state else None),
+                "next_run_at": _at(next_run),
                 "last_run_at": _at(state.last_run_at if state else None),
                 "last_outcome": (state.last_outcome or None) if state else None,
                 "last_error": state.last_error if state else "",

@@ -27,7 +27,6 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from core import clock
-from core.db import BIGINT_MAX
 from extensions_host import registry
 from extensions_host.background.models import Timer
 from extensions_host.background.services.common import eligible_ids, page_with_retries
@@ -90,7 +89,7 @@ class TimerAccess:
         if (
             isinstance(due_at_ms, bool)
             or not isinstance(due_at_ms, int)
-            or not 0 <= due_at_ms <= BIGINT_MAX
+            or not 0 <= due_at_ms <= clock.MAX_MS
         ):
             raise StateError("bound", MSG_INSTANT_INVALID)
         with store_call(frame):

@@ -8,16 +8,20 @@ services; it writes through `ctx.transact`, whose defects stop the extension as 
 Before its first run in a process (and again after a resume or a new revision) the extension's
 `activate` runs, as before a frame; a failing one stops the extension and the wake waits for
 the resume. A run that raises or overruns its deadline is recorded as failed and notified as
-`job.failed`, not retried in a loop and not a stop by itself. A wake that arrived during the
-run is taken by the next run, enqueued when this one finishes. A pending wake whose run task
-never comes (lost, or skipped while the extension was stopped or ungranted) is re-driven by a
-resume, by its grant admitted again, and by beat's worker sweep (`workers_wake_pending`).
+`job.failed`, not retried in a loop and not a stop by itself. A run that meets the host's store
+trouble (spec 02 §1: never the extension's fault) is neither: its wake is put back. A wake that
+arrived during the run is taken by the next run, enqueued when this one finishes. A pending wake
+whose run task never comes (lost, or skipped while the extension was stopped or ungranted, or
+put back after store trouble) is re-driven by a resume, by its grant admitted again, and by
+beat's worker sweep (`workers_wake_pending`).
 
 A run that kills its process (segfault, `os._exit`, out of memory) never reaches its finish:
 - its task is redelivered (acks late, reject on worker lost) with the same task id, which is the
   claim token, so the redelivery recognises its own dead run: it records it as failed (`<hook>
   crashed its worker`), releases the lease at once instead of leaving the worker blocked until
-  the lease expires, and takes the pending wake if there is one;
+  the lease expires, and takes the pending wake if there is one; a run of another task (the
+  sweep's) that comes once the lease ran out does the same, and the late redelivery then finds
+  nothing to record;
 - its runs are counted outside the database (`crashes.py`, one count per worker: the wake a dead
   run took is not run again): a run that finds `CRASH_LIMIT` earlier runs that never finished
   stops the extension with `worker <name> crashed its worker` instead of running, and puts its
@@ -27,15 +31,17 @@ A run that kills its process (segfault, `os._exit`, out of memory) never reaches
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from hashlib import sha256
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import DatabaseError, transaction
 
 from core import clock
+from core.db import is_transient
+from core.errors import HostError
 from extensions_host import registry
 from extensions_host.background.declarations import Worker, WorkerWake, workers_of
 from extensions_host.background.models import Outcome, WorkerState
@@ -50,6 +56,8 @@ from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
 
+logger = logging.getLogger("extensions_host.background")
+
 # a run whose process died is given up (and the worker runnable again) this long after its
 # deadline
 LEASE_GRACE_MS = 60_000
@@ -60,6 +68,11 @@ CRASH_ITEM = "run"
 
 # worker rows per call of the pending-wake sweep (the task re-enqueues itself for the rest)
 SWEEP_PAGE = 256
+# A run task this sweep sends expires unrun after this long in the queue: a wake whose task is
+# merely queued looks like one whose task was lost, so under a broker backlog every sweep (each
+# 30 s) sends it one more; with the expiry at most a few stay queued per wake, and the next
+# sweep sends a fresh one while the wake is still pending. A wake's own task never expires.
+SWEEP_RUN_EXPIRES_S = 120.0
 
 
 def worker_id(extension_id: str, name: str) -> str:
@@ -103,18 +116,18 @@ def workers_wake_pending(*, extension_ids: list[str] | None = None, after: int =
         return None
     # one row per declared worker, so a plain scan (no index of its own)
     page = list(
-        WorkerState.objects.filter(extension_id__in=ids, pending_wake__isnull=False, pk__gt=after)
-        .filter(
-            Q(running_token="")
-            | Q(running_until__isnull=True)
-            | Q(running_until__lte=clock.now_ms())
-        )
+        WorkerState.objects.lease_free(clock.now_ms())
+        .filter(extension_id__in=ids, pending_wake__isnull=False, pk__gt=after)
         .order_by("pk")
         .values_list("pk", "extension_id", "name")[:SWEEP_PAGE]
     )
     for _, extension_id, name in page:
         if _declared(extension_id, name) is not None:
-            enqueue(lambda e=extension_id, n=name: tasks.run_worker.delay(e, n))
+            enqueue(
+                lambda e=extension_id, n=name: tasks.run_worker.apply_async(
+                    (e, n), expires=SWEEP_RUN_EXPIRES_S
+                )
+            )
     return page[-1][0] if len(page) == SWEEP_PAGE else None
 
 
@@ -132,7 +145,8 @@ def worker_run(*, extension_id: str, name: str, delivery: str | None = None) -> 
     """Run the worker once if it has a pending wake and no run in flight. Returns what
     happened: `ok`, `failed`, `busy` (another run is in flight), `idle` (no wake), `skipped`
     (extension not running or worker not declared here), `stopped` (earlier runs kept killing
-    their process, or `activate` failed: the extension is stopped instead).
+    their process, or `activate` failed: the extension is stopped instead), `unavailable` (the
+    run met the host's store trouble: the wake is kept for a later run).
 
     `delivery` identifies this delivery of the run task (default: the current Celery task's
     id, which a redelivery keeps): a redelivery whose earlier delivery died mid-run takes over
@@ -156,8 +170,16 @@ def worker_run(*, extension_id: str, name: str, delivery: str | None = None) -> 
         return wake
     hook = worker_hook(name)
     started_ms = clock.now_ms()
-    with delivery_counted(extension_id=extension_id, hook=hook, item=CRASH_ITEM) as exhausted:
-        error = crashed_reason(hook) if exhausted else _invoke(loaded, worker, wake, limit)
+    try:
+        with delivery_counted(extension_id=extension_id, hook=hook, item=CRASH_ITEM) as exhausted:
+            error = crashed_reason(hook) if exhausted else _invoke(loaded, worker, wake, limit)
+    except StoreTrouble:
+        # the host's store trouble, not the extension's (spec 02 §1): no failed run and no
+        # `job.failed`; the wake is put back for a later run, which beat's worker sweep sends
+        # (enqueuing one now would loop while the database is down)
+        logger.warning("worker %s of %s: store unavailable, wake kept", name, extension_id)
+        _finish(extension_id, name, token, started_ms, 0, None, keep=wake, record=False)
+        return "unavailable"
     elapsed_ms = clock.now_ms() - started_ms
     if exhausted:
         extension_stop(extension_id=extension_id, hook=hook, reason=crashed_reason(hook))
@@ -198,20 +220,23 @@ def _claim(extension_id: str, name: str, token: str, limit: float) -> WorkerWake
         with transaction.atomic(durable=True):
             row = (
                 WorkerState.objects.select_for_update()
+                .with_lease(now)
                 .filter(extension_id=extension_id, name=name)
                 .first()
             )
             if row is None:
                 return "idle"
-            recorded = bool(row.running_token) and row.running_token == token
-            if recorded:
-                # an earlier delivery of this very task claimed and never finished: its process
-                # died mid-run (a live process never runs two deliveries of one task at once)
+            # a run that never finished: an earlier delivery of this very task (its process died
+            # mid-run; a live process never runs two deliveries of one task at once), or any
+            # run whose lease ran out (its process died, and another task, e.g. the sweep's,
+            # comes first). Recorded once: the token is cleared with it.
+            dead = bool(row.running_token) and (row.running_token == token or not row.lease_live)
+            if dead:
                 _record_dead_run(row, now)
-            elif row.running_token and (row.running_until or 0) > now:
+            elif row.lease_live:
                 return "busy"  # the run in flight takes the pending wake when it finishes
             if row.pending_wake is None:
-                if recorded:
+                if dead:
                     row.save()
                 return "idle"
             wake = WorkerWake(**row.pending_wake)
@@ -258,8 +283,23 @@ def _invoke(loaded: Any, worker: Worker, wake: WorkerWake, limit: float) -> str 
     except PROCESS_EXIT:
         raise  # the process is told to exit: the run is recorded by the task's redelivery
     except BaseException as exc:
+        if _store_trouble(exc):
+            raise StoreTrouble from exc  # not the run's failure: `worker_run` keeps the wake
         return outside_reason(hook, exc, started=started, limit=limit)
     return None
+
+
+class StoreTrouble(Exception):
+    """A worker run met the host's store trouble, which is never the extension's fault."""
+
+
+def _store_trouble(exc: BaseException) -> bool:
+    """The host's transient store trouble as code outside a frame meets it: a read's
+    `store/unavailable` (`transient.store_unavailable`, also a `ctx.transact` out of retries),
+    or a transient database error from a host service it called."""
+    if isinstance(exc, HostError):
+        return (exc.category, exc.cause) == ("store", "unavailable")
+    return isinstance(exc, DatabaseError) and is_transient(exc)
 
 
 def _finish(
@@ -271,9 +311,11 @@ def _finish(
     error: str | None,
     *,
     keep: WorkerWake | None = None,
+    record: bool = True,
 ) -> bool:
-    """Record the run's outcome and release its lease; `keep` puts a wake that was not run
-    back as the pending one (unless a newer wake arrived). Returns whether a wake is pending."""
+    """Record the run's outcome (unless not `record`) and release its lease; `keep` puts a wake
+    that was not run back as the pending one (unless a newer wake arrived). Returns whether a
+    wake is pending."""
     reason = bounded_reason(error, extension_id) if error is not None else ""
 
     def step() -> bool:
@@ -289,15 +331,16 @@ def _finish(
                 row.running_token = ""
                 row.running_since = None
                 row.running_until = None
-            row.runs += 1
-            row.last_run_at = started_ms
-            row.last_duration_ms = max(elapsed_ms, 0)
-            row.last_outcome = Outcome.FAILED if error else Outcome.OK
-            row.last_error = reason
+            if record:
+                row.runs += 1
+                row.last_run_at = started_ms
+                row.last_duration_ms = max(elapsed_ms, 0)
+                row.last_outcome = Outcome.FAILED if error else Outcome.OK
+                row.last_error = reason
             if keep is not None and row.pending_wake is None:
                 row.pending_wake = dataclasses.asdict(keep)
             row.save()
-            if error:
+            if error and record:
                 job_failed_notify(
                     title=f"Worker {name} of {extension_id} failed",
                     body=reason,
@@ -310,21 +353,18 @@ def _finish(
 
 def workers_summary() -> list[dict[str, Any]]:
     """Every declared worker with its last run and outcome (for `GET /v1/meta`)."""
-    states = {(s.extension_id, s.name): s for s in WorkerState.objects.all()}
+    states = {(s.extension_id, s.name): s for s in WorkerState.objects.with_lease(clock.now_ms())}
     result = []
     for extension_id, loaded in registry.loaded().items():
         for worker in workers_of(loaded.definition):
             state = states.get((extension_id, worker.name))
-            now = clock.now_ms()
             result.append(
                 {
                     "id": worker_id(extension_id, worker.name),
                     "extension_id": extension_id,
                     "name": worker.name,
                     "wake_on": list(worker.wake_on),
-                    "running": bool(
-                        state and state.running_token and (state.running_until or 0) > now
-                    ),
+                    "running": bool(state and state.lease_live),
                     "pending_wake": state.pending_wake if state else None,
                     "runs": state.runs if state else 0,
                     "last_run_at": state.last_run_at if state else None,

@@ -30,7 +30,6 @@ from extensions_host.surfaces.rates import parse_rate
 from extensions_host.surfaces.services.common import conversation_id_valid
 from extensions_host.surfaces.types import (
     CORRELATION_MAX,
-    JS_SAFE_MAX,
     Accepted,
     NotReady,
     Prompt,
@@ -94,7 +93,7 @@ def send_admit(
         raise AdmissionError("closed", MSG_NOT_GRANTED)
     checked = _prompt(prompt)
     if when is not None and (
-        isinstance(when, bool) or not isinstance(when, int) or not 0 <= when <= JS_SAFE_MAX
+        isinstance(when, bool) or not isinstance(when, int) or not 0 <= when <= clock.MAX_MS
     ):
         raise AdmissionError("invalid", MSG_WHEN_INVALID)
     if when_busy not in WHEN_BUSY:
