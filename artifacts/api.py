@@ -62,19 +62,6 @@ def _world(request: Request, world_id: str) -> None:
     conversation_get(principal=principal_of(request), conversation_id=world_id)
 
 
-def _valid_query(
-    serializer_class: type[serializers.Serializer], request: Request
-) -> dict[str, Any]:
-    # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
-    serializer = serializer_class(data=request.query_params.dict())
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-def _links(paginator: Pagination) -> dict[str, str | None]:
-    return {"next": paginator.get_next_link(), "previous": paginator.get_previous_link()}
-
-
 def _query_text(request: Request, name: str, limit: int) -> str | None:
     """An optional query parameter: absent → None; empty, too long or with NUL → 400."""
     value = request.query_params.get(name)
@@ -422,7 +409,9 @@ class WorldArtifactsApi(APIView):
 
 
 class FollowupPagination(Pagination):
-    ordering = "id"  # the seed orders its summaries by operation id
+    # the seed orders its summaries by operation id, in code-point order: `position` is the id
+    # under a binary collation (`selectors.followup_operations`), never the database's own
+    ordering = "position"
 
 
 class DebugPagination(IdPagination):
@@ -453,12 +442,11 @@ class WorldFollowupsApi(APIView):
     def get(self, request: Request, world_id: str) -> Response:
         _world(request, world_id)
         # the query is checked only once the caller may read (401/404 come first)
-        _valid_query(ListQuerySerializer, request)
         paginator = FollowupPagination()
         operations = selectors.followup_operations(world_id=world_id)
-        page = paginator.paginate_queryset(operations, request, view=self) or []
+        page = paginator.paginate(request, operations, view=self)
         results = [summary_data(selectors.followup_summary(op)) for op in page]
-        return Response({"world_id": world_id, **_links(paginator), "results": results})
+        return Response({"world_id": world_id, **paginator.links(), "results": results})
 
 
 class WorldArtifactsDebugApi(APIView):
@@ -478,14 +466,14 @@ class WorldArtifactsDebugApi(APIView):
     )
     def get(self, request: Request, world_id: str) -> Response:
         _world(request, world_id)
-        query = _valid_query(self.QuerySerializer, request)
         paginator = DebugPagination()
+        query = paginator.query(request, self.QuerySerializer)
         records = selectors.debug_records(world_id=world_id, operation_id=query.get("operation_id"))
-        page = paginator.paginate_queryset(records, request, view=self) or []
+        page = paginator.paginate(request, records, view=self)
         return Response(
             {
                 "world_id": world_id,
-                **_links(paginator),
+                **paginator.links(),
                 "results": selectors.debug_rows(world_id=world_id, records=page),
                 "operations": selectors.operation_states(
                     world_id=world_id, operation_ids={r.operation_id for r in page}

@@ -16,7 +16,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Collate
 
 from artifacts.ephemeral import ephemeral_get_many
 from artifacts.fingerprints import payload_decode
@@ -47,6 +49,19 @@ PENDING, ACTIVE, SUPERSEDED, CLEARED = "pending", "active", "superseded", "clear
 _OPEN_OPERATIONS = Q(status=OperationStatus.RUNNING) | Q(
     status=OperationStatus.CORE_COMMITTED, followup_status__in=sorted(OPEN_FOLLOWUP)
 )
+
+
+def record_superseded(record: Record, operation: Operation | None) -> bool:
+    """Whether `record` is superseded, the final part of its effective status
+    (`WorldView.status`): flagged so, or its operation gone or with its projection superseded,
+    or a newer attempt of its request begun. An attempt its operation does not know is not a
+    newer one (no record is written without its attempt registered)."""
+    if record.superseded or operation is None:
+        return True
+    if operation.projection_status == ProjectionStatus.SUPERSEDED:
+        return True
+    current = operation.request_attempts.get(record.request_id)
+    return current is not None and current != record.request_attempt
 
 
 class WorldView:
@@ -87,13 +102,7 @@ class WorldView:
         )
 
     def status(self, record: Record) -> str:
-        operation = self.operations.get(record.operation_id)
-        if record.superseded or operation is None:
-            return SUPERSEDED
-        current = operation.request_attempts.get(record.request_id)
-        if current is not None and current != record.request_attempt:
-            return SUPERSEDED
-        if operation.projection_status == ProjectionStatus.SUPERSEDED:
+        if record_superseded(record, self.operations.get(record.operation_id)):
             return SUPERSEDED
         if self._cleared(record):
             return CLEARED
@@ -372,9 +381,13 @@ def followup_read(*, principal: Principal, operation_id: str) -> FollowupSummary
 
 def followup_operations(*, world_id: str) -> QuerySet[Operation]:
     """`read_followup_summaries`: every operation of the world worth reporting (not failed at
-    the core, not completed with nothing to show); the caller orders and pages them."""
+    the core, not completed with nothing to show); the caller orders and pages them by
+    `position`, the operation id in code-point order (the seed's) whatever the database's
+    collation: PostgreSQL's "C" compares UTF-8 bytes, as SQLite's default BINARY does."""
+    collation = "C" if connection.vendor == "postgresql" else "BINARY"
     return (
         Operation.objects.filter(world_id=world_id)
+        .annotate(position=Collate("id", collation))
         .exclude(status=OperationStatus.CORE_FAILED)
         .exclude(
             status=OperationStatus.COMPLETED,

@@ -120,15 +120,14 @@ class ConversationListCreateApi(APIView):
         responses={200: ConversationPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
-        query = _valid(self.QuerySerializer, request.query_params.dict())
+        paginator = ConversationPagination()
+        query = paginator.query(request, self.QuerySerializer)
         conversations = selectors.conversations_list(
             principal=principal_of(request),
             owner=query.get("owner"),
             archived=query.get("archived"),
         )
-        paginator = ConversationPagination()
-        page = paginator.paginate_queryset(conversations, request, view=self)
+        page = paginator.paginate(request, conversations, view=self)
         return paginator.get_paginated_response(ConversationSerializer(page, many=True).data)
 
     @extend_schema(
@@ -259,10 +258,9 @@ class ConversationEntriesApi(APIView):
         conversation = selectors.conversation_get(
             principal=principal_of(request), conversation_id=conversation_id
         )
-        _valid(ListQuerySerializer, request.query_params.dict())
         paginator = EntryPagination()
-        page = paginator.paginate_queryset(
-            selectors.entries_of(conversation_id=conversation.pk), request, view=self
+        page = paginator.paginate(
+            request, selectors.entries_of(conversation_id=conversation.pk), view=self
         )
         return paginator.get_paginated_response(EntrySerializer(page, many=True).data)
 
@@ -341,14 +339,12 @@ class SubmissionWithdrawApi(APIView):
         },
     )
     def delete(self, request: Request, conversation_id: str, submission_id: int) -> Response:
-        principal = principal_of(request)
-        # access first (404, then 403), then the body: it may be empty, never carry fields
-        selectors.conversation_get(principal=principal, conversation_id=conversation_id, write=True)
-        _valid(EmptyInputSerializer, request.data)
         submission = services.submission_withdraw(
-            principal=principal,
+            principal=principal_of(request),
             conversation_id=conversation_id,
             submission_id=submission_id,
+            # once access is granted: the body may be empty, never carry fields
+            after_access=lambda: _valid(EmptyInputSerializer, request.data),
         )
         return Response(SubmissionSerializer(submission).data)
 

@@ -75,11 +75,9 @@ class TokenListCreateApi(APIView):
         responses={200: TokenPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
-        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         tokens = ApiToken.objects.filter(user_id=principal_of(request).user_id)
         paginator = TokenPagination()
-        page = paginator.paginate_queryset(tokens, request, view=self)
+        page = paginator.paginate(request, tokens, view=self)
         return paginator.get_paginated_response(TokenOutputSerializer(page, many=True).data)
 
     @extend_schema(
@@ -99,9 +97,14 @@ class TokenRevokeApi(APIView):
 
     @extend_schema(responses={204: None, **error_responses(400, 401, 403, 404, 413, 415)})
     def delete(self, request: Request, token_id: int) -> Response:
-        # the body may be empty, never carry fields (a write: unknown fields are a 400)
-        EmptyInputSerializer(data=request.data).is_valid(raise_exception=True)
-        services.token_revoke(principal=principal_of(request), token_id=token_id)
+        services.token_revoke(
+            principal=principal_of(request),
+            token_id=token_id,
+            # once the token is found: the body may be empty, never carry fields
+            after_access=lambda: EmptyInputSerializer(data=request.data).is_valid(
+                raise_exception=True
+            ),
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

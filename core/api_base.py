@@ -49,15 +49,45 @@ class EmptyInputSerializer(StrictSerializer):
     heartbeat or a DELETE (an empty body, or `{}`)."""
 
 
+class ListQuerySerializer(serializers.Serializer):
+    cursor = serializers.CharField(required=False, help_text="Opaque cursor from `next`.")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=100)
+
+
 class Pagination(CursorPagination):
     """Cursor pagination, `limit` ≤ 100. A cursor the server did not issue is a 400 (never a
     404, and never a 500 from a position the ordering column cannot compare with): subclasses
-    say what a position of their ordering looks like (`position_valid`)."""
+    say what a position of their ordering looks like (`position_valid`). A list view calls
+    `paginate` (and `query` first when it takes more parameters than `cursor` and `limit`)."""
 
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 100
     ordering = "-id"
+    _query: dict[str, Any] | None = None
+
+    def query(
+        self, request: Request, serializer_class: type[ListQuerySerializer] = ListQuerySerializer
+    ) -> dict[str, Any]:
+        """The list's query parameters, checked (a 400 names each bad one): `cursor`, `limit`
+        and the fields `serializer_class` adds."""
+        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
+        serializer = serializer_class(data=request.query_params.dict())
+        serializer.is_valid(raise_exception=True)
+        self._query = dict(serializer.validated_data)
+        return self._query
+
+    def paginate(self, request: Request, rows: Any, view: Any = None) -> list[Any]:
+        """The page of `rows` (a queryset) the request asks for, its query checked first unless
+        `query` did already."""
+        if self._query is None:
+            self.query(request)
+        return self.paginate_queryset(rows, request, view) or []
+
+    def links(self) -> dict[str, str | None]:
+        """`next` and `previous` of the page `paginate` returned, for a page body with more
+        fields than `get_paginated_response` gives."""
+        return {"next": self.get_next_link(), "previous": self.get_previous_link()}
 
     def position_valid(self, position: str) -> bool:
         """A text ordering column: anything but a NUL (which PostgreSQL text cannot hold)."""
@@ -98,8 +128,9 @@ class RowsPagination(Pagination):
     def position_of(self, row: Any) -> str:
         raise NotImplementedError
 
-    def paginate_rows(self, rows: list[Any], request: Request, view: Any = None) -> list[Any]:
-        return self.paginate_queryset(_Rows(rows, self.position_of), request, view) or []
+    def paginate(self, request: Request, rows: Any, view: Any = None) -> list[Any]:
+        """The page of `rows` (a list) the request asks for, its query checked first."""
+        return super().paginate(request, _Rows(rows, self.position_of), view)
 
     def _get_position_from_instance(self, instance: Any, ordering: Any) -> str:
         # DRF's one hook for "the position of this row" (it would read the ordering field)
@@ -128,11 +159,6 @@ class _Rows:
 
     def __getitem__(self, index: slice) -> list[Any]:
         return self.rows[index]
-
-
-class ListQuerySerializer(serializers.Serializer):
-    cursor = serializers.CharField(required=False, help_text="Opaque cursor from `next`.")
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=100)
 
 
 def paginated(serializer: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:

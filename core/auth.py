@@ -101,6 +101,19 @@ def service_user() -> AbstractBaseUser:
     return user
 
 
+def service_principal() -> Principal:
+    """The principal of a service-token request: the runtime, with staff access."""
+    return Principal(
+        user=service_user(),
+        name="service",
+        email="",
+        admin=True,
+        service=True,
+        method="service",
+        scope=TokenScope.RUNTIME,
+    )
+
+
 def forget_service_user(**_: Any) -> None:
     """Drop the kept service user (connected to the user model's `post_delete`; tests call it
     when their database is rolled back)."""
@@ -140,17 +153,8 @@ class ServiceTokenAuthentication(_Authentication):
         # compare against every configured token (constant time each) so rotation is seamless
         if not any(hmac.compare_digest(raw, t) for t in settings.HOST_API_TOKEN):
             return None
-        user = service_user()
-        principal = Principal(
-            user=user,
-            name="service",
-            email="",
-            admin=True,
-            service=True,
-            method="service",
-            scope=TokenScope.RUNTIME,
-        )
-        return user, principal
+        principal = service_principal()
+        return principal.user, principal
 
 
 class ApiTokenAuthentication(_Authentication):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,13 +80,19 @@ def token_mint(
     return token_create(user=principal.user, name=name, scope=scope, expires_at=expires_at)
 
 
-def token_revoke(*, principal: Principal, token_id: int) -> ApiToken:
+def token_revoke(
+    *, principal: Principal, token_id: int, after_access: Callable[[], object] | None = None
+) -> ApiToken:
     """Revoke one of the principal's tokens (staff may revoke anyone's). Idempotent; a
-    revocation by staff is audited (once: revoking a revoked token records nothing)."""
+    revocation by staff is audited (once: revoking a revoked token records nothing).
+    `after_access()` runs once the token is found and the principal's, before anything is
+    written (the API checks the request's body there: the 404 decides before a 400)."""
     with transaction.atomic():
         token = ApiToken.objects.select_for_update().filter(pk=token_id).first()
         if token is None or (token.user_id != principal.user_id and not principal.admin):
             raise HostError("store", "not_found", MSG_NOT_FOUND)
+        if after_access is not None:
+            after_access()
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at", "updated_at"])

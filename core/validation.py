@@ -1,15 +1,24 @@
-"""Checks every app shares on values it is about to store: can this JSON be stored?
+"""Checks every app shares on values it takes in or is about to store.
 
-One walk decides it for conversation content, extension surfaces, extension settings and
-artifact payloads; each caller turns the problem into its own error (a 400 with details, a
-`StateError`, a rejection) and picks the bounds where it differs (depth, size).
+- Can this JSON be stored? One walk decides it for conversation content, extension surfaces,
+  extension settings and artifact payloads; each caller turns the problem into its own error (a
+  400 with details, a `StateError`, a rejection) and picks the bounds where it differs (depth,
+  size).
+- Does this JSON input match the schema a pydantic model publishes (`model_from_json`: extension
+  command input, tool-call arguments)?
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from core.errors import HostError
+
+M = TypeVar("M", bound=BaseModel)
 
 JSON_MAX_DEPTH = 32
 
@@ -92,3 +101,34 @@ def json_size(value: Any) -> int:
     # surrogatepass: only a caller that skipped `check_text` can get here with one, and a
     # size is still an answer for it
     return len(encoded.encode("utf-8", "surrogatepass"))
+
+
+def model_from_json(
+    model: type[M],
+    data: Any,
+    *,
+    message: str,
+    field_prefix: str = "",
+    root: str = "non_field_errors",
+) -> M:
+    """`data` (parsed JSON) as an instance of `model`, checked as the JSON schema the model
+    publishes says: a mismatch is `contract/invalid` (400) with `message`, and the problems by
+    field in `details` (`field_prefix` + the dotted path; `root` for the value as a whole).
+
+    Pydantic's strict JSON mode: no coercion a JSON schema does not allow ("10" for an integer,
+    1 for a boolean), while what JSON can only carry as a string still comes from one (ISO
+    datetimes, UUIDs, decimals, enum values). Extra fields are errors, nested ones too."""
+    try:
+        text = json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        # a lone surrogate ("\ud800") has no UTF-8 encoding; anything else is not JSON at all
+        problem = PROBLEM_NOT_UNICODE if isinstance(exc, UnicodeEncodeError) else PROBLEM_NOT_JSON
+        raise HostError("contract", "invalid", message, details={root: [problem]}) from exc
+    try:
+        return model.model_validate_json(text, strict=True, extra="forbid")
+    except ValidationError as exc:
+        details: dict[str, list[str]] = {}
+        for error in exc.errors(include_url=False):
+            path = ".".join(str(part) for part in error["loc"])
+            details.setdefault(f"{field_prefix}{path}" if path else root, []).append(error["msg"])
+        raise HostError("contract", "invalid", message, details=details) from exc

@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -121,11 +122,9 @@ class ExtensionListApi(APIView):
         responses={200: ExtensionPageSerializer, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
-        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         paginator = RosterPagination()
-        page = paginator.paginate_queryset(selectors.roster_entries(), request, view=self)
-        rows = [selectors.extension_summary(row) for row in page or []]
+        page = paginator.paginate(request, selectors.roster_entries(), view=self)
+        rows = [selectors.extension_summary(row) for row in page]
         return paginator.get_paginated_response(ExtensionSummarySerializer(rows, many=True).data)
 
 
@@ -161,6 +160,22 @@ class ExtensionResumeApi(APIView):
         return Response(ExtensionDetailSerializer(selectors.extension_detail(row)).data)
 
 
+class CommandOutputRenderer(JSONRenderer):
+    """JSON for every command output: DRF's renderer writes `None` as an empty body (and the
+    response then loses its content type), a command's `None` is JSON `null` (spec 07: JSON in
+    and out)."""
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: dict[str, Any] | None = None,
+    ) -> bytes:
+        if data is None:
+            return b"null"
+        return super().render(data, accepted_media_type, renderer_context)
+
+
 def _command_response(result: CommandResult) -> Response:
     response = Response(result.body, status=result.status)
     if result.replayed:
@@ -172,6 +187,7 @@ class ExtensionCommandApi(APIView):
     """A global-scope extension command; the body is the command's input."""
 
     permission_classes = [Authenticated]
+    renderer_classes = [CommandOutputRenderer]
 
     @extend_schema(
         operation_id="extensions_command",
@@ -191,6 +207,7 @@ class ConversationExtensionCommandApi(APIView):
     """A conversation-scope extension command; the body is the command's input."""
 
     permission_classes = [Authenticated]
+    renderer_classes = [CommandOutputRenderer]
 
     @extend_schema(
         operation_id="conversations_extension_command",

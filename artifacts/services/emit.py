@@ -35,11 +35,11 @@ from artifacts.models import (
     EventKind,
     Operation,
     OperationStatus,
-    ProjectionStatus,
     Record,
     Save,
 )
-from artifacts.services.operations import same_context
+from artifacts.selectors import record_superseded
+from artifacts.services.operations import missing_or_mismatch, same_context
 from artifacts.services.sql import CallRead, lock_and_read_for_call
 from artifacts.services.world import WorldMutation, invariant
 from artifacts.types import (
@@ -181,10 +181,8 @@ def _locked_read(
         output=output,
     )
     if not locked:
-        # The context's world has no row, so no operation of its own: an operation under this
-        # id is another world's (the read is by id alone, so with a row it is caught below).
-        exists = Operation.objects.filter(pk=context.operation_id).exists()
-        raise invariant(messages[1 if exists else 0], operation_id=context.operation_id)
+        # (the read is by id alone: with a row, another world's operation is caught below)
+        raise missing_or_mismatch(context.operation_id, missing=messages[0], mismatch=messages[1])
     current = _checked(None if found is None else found.operation, context, messages)
     assert found is not None  # _checked raised otherwise
     return WorldMutation.locked(context.world_id, last_sequence=found.last_sequence), found, current
@@ -194,10 +192,12 @@ def _request(context: RequestContext) -> dict[str, Any]:
     return {"request_id": context.request_id, "request_attempt": context.request_attempt}
 
 
-def _publish(mutation: WorldMutation, record: Record, operation: Operation, *, stale: bool) -> None:
-    """The events that publish a new (or repaired) record, per the operation's state."""
+def _publish(mutation: WorldMutation, record: Record, operation: Operation) -> None:
+    """The events that publish a new (or repaired) record, per the operation's state. A result
+    of a stale operation, or of a superseded attempt (`record_superseded`), is recorded but
+    superseded at once."""
     committed = operation.status == OperationStatus.CORE_COMMITTED and operation.head != ""
-    if stale:
+    if operation.is_stale or record_superseded(record, operation):
         mutation.supersede(record, "late_superseded_operation_result", with_request=True)
     elif record.save_mode == Save.NONE:
         # Ephemeral panels show while the operation runs, not only after its commit.
@@ -212,7 +212,7 @@ def _publish(mutation: WorldMutation, record: Record, operation: Operation, *, s
     # save=commit before the core commits: pending until mark_core_committed binds it
 
 
-def _repair(mutation: WorldMutation, record: Record, operation: Operation, *, stale: bool) -> None:
+def _repair(mutation: WorldMutation, record: Record, operation: Operation) -> None:
     """What the identical emit again still owes its record: the publication events it lacks.
 
     The seed's `#repairRecordPublication` appends, per the operation's state *now*, whichever
@@ -236,14 +236,10 @@ def _repair(mutation: WorldMutation, record: Record, operation: Operation, *, st
         return
     committed = operation.status == OperationStatus.CORE_COMMITTED and operation.head != ""
     if record.save_mode == Save.COMMIT and not committed:
-        superseded = (
-            operation.projection_status == ProjectionStatus.SUPERSEDED
-            or operation.request_attempts.get(record.request_id) != record.request_attempt
-        )
-        if superseded:
+        if record_superseded(record, operation):
             mutation.supersede(record, "late_superseded_operation_result", with_request=True)
         return
-    _publish(mutation, record, operation, stale=stale)
+    _publish(mutation, record, operation)
 
 
 def artifact_emit(
@@ -283,7 +279,7 @@ def artifact_emit(
         fingerprints=(fingerprint, call),
     )  # fmt: skip
     with transaction.atomic(durable=True):
-        mutation, found, current = _locked_read(
+        mutation, found, _ = _locked_read(
             context,
             tool_call_id,
             declaration.name,
@@ -294,8 +290,7 @@ def artifact_emit(
             previous = Record.objects.defer("payload").get(pk=found.previous_record)
             if previous.call_fingerprint != call:
                 return EmitResult(False, rejected(REJECT_DIFFERENT_ARGUMENTS))
-            stale = operation.is_stale or current != previous.request_attempt
-            _repair(mutation, previous, operation, stale=stale)
+            _repair(mutation, previous, operation)
             if previous.save_mode == Save.NONE and not previous.superseded:
                 # The identical call again: its payload may be put back if a restart lost it.
                 ephemeral_put(record_pk=previous.pk, text=text)
@@ -314,8 +309,7 @@ def artifact_emit(
             sequence=mutation.next_sequence(),
             usage=(found.attempt_bytes + size, found.output_emits + 1),
         )
-        stale = operation.is_stale or current != context.request_attempt
-        _publish(mutation, record, operation, stale=stale)
+        _publish(mutation, record, operation)
         mutation.flush(insert=record)
         if record.save_mode == Save.NONE and not record.superseded:
             ephemeral_put(record_pk=record.pk, text=text)

@@ -76,18 +76,27 @@ def _world_of(operation_id: str) -> str | None:
     return Operation.objects.filter(pk=operation_id).values_list("world_id", flat=True).first()
 
 
+def missing_or_mismatch(operation_id: str, *, missing: str, mismatch: str) -> HostError:
+    """The invariant error of a call whose context names a world without a row: such a world
+    has no operations, so an operation under this id is another world's (`mismatch`), and
+    none at all is `missing`."""
+    exists = Operation.objects.filter(pk=operation_id).exists()
+    return invariant(mismatch if exists else missing, operation_id=operation_id)
+
+
 def lock_checked_operation(
     context: OperationContext, *, missing: str, mismatch: str
 ) -> tuple[WorldMutation, Operation]:
     """Lock the world of the caller's operation, then read the operation under that lock: the
     invariant error `missing` when there is no operation under that id, `mismatch` when it is
-    not the caller's (the checks every call naming its operation starts with). A world without
-    a row has no operations, so an operation found then is another world's: a mismatch."""
+    not the caller's (the checks every call naming its operation starts with)."""
     mutation = WorldMutation.lock(context.world_id)
+    if mutation is None:
+        raise missing_or_mismatch(context.operation_id, missing=missing, mismatch=mismatch)
     operation = Operation.objects.filter(pk=context.operation_id).first()
     if operation is None:
         raise invariant(missing, operation_id=context.operation_id)
-    if mutation is None or not same_context(operation, context):
+    if not same_context(operation, context):
         raise invariant(mismatch, operation_id=context.operation_id)
     return mutation, operation
 

@@ -275,10 +275,20 @@ def _insert_sql(model: type[Model], rows: int, returning: bool) -> str:
 
 
 @functools.cache
-def _write_sql(record: bool, events: int, touch: bool) -> str:
-    """PostgreSQL: the record, `events` event rows and the version bump in one statement. Each
-    part is a data-modifying CTE (each is applied whatever the final SELECT reads), answering
-    (record pk, conversations touched)."""
+def _state_sql(vendor: str) -> str:
+    """The world's `state_version` + 1 (the world row is already locked by the caller)."""
+    version = _column(World, "state_version")
+    return (
+        f"UPDATE {_q(World._meta.db_table)} SET {version} = {version} + 1 "  # noqa: S608
+        f"WHERE {_column(World, 'conversation')} = %s"
+    )
+
+
+@functools.cache
+def _write_sql(record: bool, events: int, touch: bool, state: bool) -> str:
+    """PostgreSQL: the record, `events` event rows, the version bump and the world's state
+    version bump in one statement. Each part is a data-modifying CTE (each is applied whatever
+    the final SELECT reads), answering (record pk, conversations touched)."""
     parts = []
     if record:
         parts.append(f"r AS ({_insert_sql(Record, 1, True)})")
@@ -286,6 +296,8 @@ def _write_sql(record: bool, events: int, touch: bool) -> str:
         parts.append(f"e AS ({_insert_sql(Event, events, False)})")
     if touch:
         parts.append(f"c AS ({touch_sql()} RETURNING 1)")
+    if state:
+        parts.append(f"w AS ({_state_sql('postgresql')})")
     answer_pk = f"(SELECT {_column(Record, 'id')} FROM r)" if record else "NULL"  # noqa: S608
     answer_touched = "(SELECT count(*) FROM c)" if touch else "0"
     return f"WITH {', '.join(parts)} SELECT {answer_pk}, {answer_touched}"
@@ -296,14 +308,21 @@ def _write_sql(record: bool, events: int, touch: bool) -> str:
 _PAGE_POSTGRESQL = 1000
 
 
-def rows_write(*, record: Record | None, events: Sequence[Event], touch: str | None) -> bool:
-    """Insert `record` (setting its pk) and `events`, and bump the version of conversation
-    `touch` (an increment under its row lock: what `conversation_touch` writes). True when
-    the conversation was touched.
+def rows_write(
+    *,
+    record: Record | None,
+    events: Sequence[Event],
+    touch: str | None,
+    state_version: str | None = None,
+) -> bool:
+    """Insert `record` (setting its pk) and `events`, bump the version of conversation
+    `touch` (an increment under its row lock: what `conversation_touch` writes) and the
+    `state_version` of world `state_version` (locked by the caller). True when the
+    conversation was touched.
 
     PostgreSQL: one statement (`_write_sql`) for up to a page of events. SQLite has no
     data-modifying CTEs and runs in-process: one statement per table and page."""
-    if record is None and not events and touch is None:
+    if record is None and not events and touch is None and state_version is None:
         return False
     now = timezone.now()
     for instance in (record, *events):
@@ -325,7 +344,12 @@ def rows_write(*, record: Record | None, events: Sequence[Event], touch: str | N
             params += [value for event in first for value in ev.values(event, db)]
             if touch is not None:
                 params.append(touch)
-            cursor.execute(_write_sql(record is not None, len(first), touch is not None), params)
+            if state_version is not None:
+                params.append(state_version)
+            sql = _write_sql(
+                record is not None, len(first), touch is not None, state_version is not None
+            )
+            cursor.execute(sql, params)
             pk, count = cursor.fetchone()
             touched = count > 0
         elif record is not None:
@@ -337,6 +361,8 @@ def rows_write(*, record: Record | None, events: Sequence[Event], touch: str | N
         if touch is not None and db.vendor != "postgresql":
             cursor.execute(touch_sql(), [touch])
             touched = cursor.rowcount > 0
+        if state_version is not None and db.vendor != "postgresql":
+            cursor.execute(_state_sql(db.vendor), [state_version])
     if record is not None:
         record.pk = pk
         record._state.adding = False

@@ -8,9 +8,9 @@ two rows of a world share a number and none is skipped (a rolled-back transactio
 numbers with it).
 
 Events are buffered and written at the end in one statement (`sql.rows_write`), together with
-a new record, if the call makes one, and the conversation's version bump; the record columns
-that mirror earlier records' events follow. So one call costs a handful of queries however
-many events it appends.
+a new record, if the call makes one, the conversation's version bump and the world's
+`state_version` bump (below); the record columns that mirror earlier records' events follow.
+So one call costs a handful of queries however many events it appends.
 
 What the projection shows depends on the operations' state as well as on the event log (a
 superseded operation hides its records, a transient record shows while its operation is live,
@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Subquery
+from django.db.models import Subquery
 from django.db.models.functions import Coalesce
 
 from artifacts.ephemeral import ephemeral_forget_on_commit
@@ -206,17 +206,18 @@ class WorldMutation:
         conversation's version so live views (the event stream) see the artifact change.
 
         The bump is `conversation_touch`'s (version + 1 under the row lock, watchers told after
-        the commit), written in the same statement as the rows (`sql.rows_write`). An emit
-        writes no operation: its cost is unchanged."""
+        the commit), written in the same statement as the rows (`sql.rows_write`), and so is
+        the world's `state_version` + 1 when an operation was written (no event need have
+        moved the world's sequence). An emit writes no operation: its cost is unchanged."""
         changed = bool(self._events) or self._operations_written
         touched = rows_write(
-            record=insert, events=self._events, touch=self.world_id if changed else None
+            record=insert,
+            events=self._events,
+            touch=self.world_id if changed else None,
+            state_version=self.world_id if self._operations_written else None,
         )
         self._events = []
-        if self._operations_written:
-            # no event moved the world's sequence: its state version moves instead
-            World.objects.filter(pk=self.world_id).update(state_version=F("state_version") + 1)
-            self._operations_written = False
+        self._operations_written = False
         if touched:
             transaction.on_commit(
                 partial(conversation_changed, conversation_id=self.world_id, changed="artifacts"),

@@ -1,7 +1,7 @@
 """Production settings: no insecure defaults, strict transport security, JSON logs.
 
-Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL, CACHE_URL, ALLOWED_HOSTS,
-from the environment or the project's `.env` (the environment wins).
+Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL, CACHE_URL (Redis),
+ALLOWED_HOSTS, from the environment or the project's `.env` (the environment wins).
 `manage.py check --deploy` is clean with these settings and SILENCED_SYSTEM_CHECKS empty.
 """
 
@@ -24,7 +24,7 @@ os.environ.setdefault("AGENT_RUNTIME", "external")
 os.environ.setdefault("LOG_JSON", "true")
 
 from config.settings.base import *  # noqa: E402, F403
-from config.settings.base import DATABASES, env_bool, env_int  # noqa: E402
+from config.settings.base import CACHES, DATABASES, env_bool, env_int  # noqa: E402
 
 if HOST_AUTH == "none":  # noqa: F405
     raise ImproperlyConfigured("HOST_AUTH=none is for local development only")
@@ -35,6 +35,16 @@ if DATABASES["default"]["ENGINE"] not in {
 }:
     raise ImproperlyConfigured(
         "DATABASE_URL must point at PostgreSQL in production (postgres://user@host:5432/name)"
+    )
+# Every process must share the cache, above all the `save=none` artifact payloads: with the
+# file cache their `artifacts` alias is each process's local memory (base.py), so a panel would
+# show or vanish depending on which web process answers.
+if CACHES["default"]["BACKEND"] not in {
+    "django.core.cache.backends.redis.RedisCache",
+    "django_redis.cache.RedisCache",
+}:
+    raise ImproperlyConfigured(
+        "CACHE_URL must point at Redis in production (redis://host:6379/1): every process shares it"
     )
 
 DEBUG = False

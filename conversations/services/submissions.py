@@ -6,6 +6,7 @@ import datetime as dt
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -219,13 +220,21 @@ def submission_submit(
 
 
 def submission_withdraw(
-    *, principal: Principal, conversation_id: str, submission_id: int
+    *,
+    principal: Principal,
+    conversation_id: str,
+    submission_id: int,
+    after_access: Callable[[], object] | None = None,
 ) -> Submission:
     """Withdraw a queued submission; its transcript entry is marked withdrawn.
 
     Idempotent (withdrawing a withdrawn one returns it); a claimed or consumed one → 409.
+    `after_access()` runs once the principal may write the conversation, before anything else
+    (the API checks the request's body there: access, 404 then 403, decides before a 400).
     """
     conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+    if after_access is not None:
+        after_access()
     if not 0 < submission_id <= BIGINT_MAX:  # not a row id: never a query (out of bigint range)
         raise HostError("store", "not_found", MSG_SUBMISSION_NOT_FOUND)
     with transaction.atomic(durable=True):

@@ -55,10 +55,8 @@ class JobListApi(APIView):
         responses={200: JobPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
-        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         paginator = JobPagination()
-        page = paginator.paginate_rows(jobs_list(), request, view=self)
+        page = paginator.paginate(request, jobs_list(), view=self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
 
 

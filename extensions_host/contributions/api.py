@@ -9,6 +9,7 @@ from django.http import FileResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,7 +26,7 @@ from extensions_host.contributions.services.routes import route_dispatch
 from extensions_host.contributions.services.skills import skill_file
 from extensions_host.contributions.services.slash import (
     ARGS_MAX,
-    CORE_DESCRIPTIONS,
+    command_position,
     slash_command_run,
     slash_commands_list,
 )
@@ -211,12 +212,7 @@ SlashCommandPage = paginated(SlashCommandSerializer, "SlashCommandPage")
 
 class CommandPagination(RowsPagination):
     def position_of(self, row: dict[str, Any]) -> str:
-        # the order of `slash_commands_list`: core commands first, in their own order, then
-        # extension commands by name, then extension id (two may contribute one name); the
-        # space sorts before every character a command name may hold (`^[a-z][a-z0-9-]*$`)
-        if row["source"] == "core" and row["name"] in CORE_DESCRIPTIONS:
-            return f"0 {list(CORE_DESCRIPTIONS).index(row['name']):03d}"
-        return f"1 {row['name']} {row['source']}"
+        return command_position(row)  # the order of `slash_commands_list`
 
 
 class CommandListApi(APIView):
@@ -229,10 +225,8 @@ class CommandListApi(APIView):
         responses={200: SlashCommandPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
-        ListQuerySerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         paginator = CommandPagination()
-        page = paginator.paginate_rows(slash_commands_list(), request, view=self)
+        page = paginator.paginate(request, slash_commands_list(), view=self)
         return paginator.get_paginated_response(SlashCommandSerializer(page, many=True).data)
 
 
@@ -313,15 +307,26 @@ class ExtensionRouteApi(APIView):
     (`x-extension-route`) for generic clients and fuzzers to exclude."""
 
     permission_classes = [Public]  # each route's own auth level is enforced by the service
+    credentials_rejected = False
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # an extension route answers with its own content type, whatever the client accepts
         return super().perform_content_negotiation(request, force=True)
 
+    def perform_authentication(self, request: Request) -> None:
+        # Credentials that fail authentication leave the request anonymous here: whether that
+        # is a 401 is the route's auth level's call (`route_dispatch`) — a public route's
+        # caller may send an `Authorization` of its own (a webhook's shared secret).
+        try:
+            request.user  # noqa: B018  (authenticates)
+        except (AuthenticationFailed, NotAuthenticated):
+            self.credentials_rejected = True
+
     def _dispatch(self, request: Request, extension_id: str, path: str) -> HttpResponseBase:
         return route_dispatch(
             request=request._request,
             principal=principal_of(request),
+            credentials_rejected=self.credentials_rejected,
             extension_id=extension_id,
             path=path,
         )
@@ -356,4 +361,9 @@ class ExtensionRouteApi(APIView):
 
     @_schema
     def delete(self, request: Request, extension_id: str, path: str) -> HttpResponseBase:
+        return self._dispatch(request, extension_id, path)
+
+    def options(self, request: Request, extension_id: str, path: str) -> HttpResponseBase:
+        # through the route table like every method (no route answers OPTIONS: 404 or 405),
+        # never DRF's metadata about this view
         return self._dispatch(request, extension_id, path)

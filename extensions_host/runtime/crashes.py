@@ -11,6 +11,11 @@ that finds `CRASH_LIMIT` earlier deliveries that never finished stops the extens
 `<hook> crashed its worker` instead of running the hook again. The count is cleared then too,
 so a resumed extension gets fresh deliveries.
 
+The same cache count bounds `Retry` (spec 02 §7) for items that have no row to keep a
+`retry_attempt` on: the claim-time hooks, per (extension, hook, conversation). `retries_asked`
+is passed to the frame as its `retry_attempt`; `retry_noted` adds one after a `Retry` and clears
+the count after anything else.
+
 A cache that is down never blocks work: the count is skipped (and logged).
 """
 
@@ -40,9 +45,13 @@ def crashed_reason(hook: str) -> str:
 
 
 def delivery_key(*, extension_id: str, hook: str, item: str) -> str:
+    return _key("deliveries", extension_id, hook, item)
+
+
+def _key(kind: str, extension_id: str, hook: str, item: str) -> str:
     # items carry user-chosen keys (timer keys up to 256 characters): hash for a safe cache key
     digest = sha256(f"{extension_id}\x00{hook}\x00{item}".encode()).hexdigest()[:32]
-    return f"hyphae:deliveries:{extension_id[:64]}:{digest}"
+    return f"hyphae:{kind}:{extension_id[:64]}:{digest}"
 
 
 def unfinished_deliveries(*, extension_id: str, hook: str, item: str) -> int:
@@ -82,6 +91,27 @@ def delivery_counted(
         raise
     else:
         _finished(key, deferred)
+
+
+def retries_asked(*, extension_id: str, hook: str, item: str) -> int:
+    """How many times in a row this item asked to `Retry` (the frame's `retry_attempt`)."""
+    try:
+        return int(cache.get(_key("retries", extension_id, hook, item)) or 0)
+    except Exception:
+        logger.warning("retry count unavailable", exc_info=True)
+        return 0
+
+
+def retry_noted(*, extension_id: str, hook: str, item: str, retried: bool) -> None:
+    """Add one to the item's `Retry` count after a `Retry`; clear it after anything else."""
+    key = _key("retries", extension_id, hook, item)
+    try:
+        if retried:
+            _count(key)
+        else:
+            cache.delete(key)
+    except Exception:
+        logger.warning("retry count not kept", exc_info=True)
 
 
 def _finished(key: str, deferred: bool) -> None:

@@ -3,8 +3,11 @@ check (done by the frame when the hook returns) everywhere else.
 
 The SIGALRM handler raises `HookDeadline`, a `BaseException`, so an extension's
 `except Exception` around a slow call cannot swallow it. While a deadline is armed, its instant
-is known to the code it bounds (`seconds_left`): a call that waits by design (`host.watch`)
-ends on its own before the deadline instead of being cut off by it.
+is known to the code it bounds (`seconds_left`): a call bounded inside it (a route's
+`ctx.transact`, `host.watch`) ends on its own a margin before it (`seconds_left_nested`)
+instead of being cut off by it. An enclosing alarm that falls while the host runs a nested
+frame's own code (its commit or rollback, the stop it records) is held until that code is done
+(`alarms_held`): interrupted mid-command, psycopg would leave the connection unusable.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
@@ -28,9 +32,26 @@ MIN_DEADLINE_SECONDS = 0.001
 # `statement_timeout` may overtake it. Half the deadline, at least 1 ms (0 would disable it).
 LOCK_TIMEOUT_SHARE = 0.5
 MIN_LOCK_TIMEOUT_MS = 1
+# A call bounded inside another (a route's `ctx.transact`, `host.watch` in a worker run) ends
+# this long before the enclosing deadline, at most half of the time left: it then rolls back or
+# returns, and the enclosing call records the stop or answers, before its own alarm falls
+NESTED_MARGIN_SECONDS = 0.25
+NESTED_MARGIN_SHARE = 0.5
 
 # the monotonic instant the innermost armed deadline ends (None outside any bounded call)
 _deadline_at: ContextVar[float | None] = ContextVar("hyphae_hook_deadline_at", default=None)
+
+
+@dataclass
+class _Held:
+    """Alarms held while the host runs its own code inside a bounded call (main thread only:
+    SIGALRM is delivered there): how deep, and the reason of an alarm that fell meanwhile."""
+
+    depth: int = 0
+    fell: str | None = None
+
+
+_held = _Held()
 
 
 def default_deadline(boundary: str) -> float:
@@ -58,6 +79,34 @@ def seconds_left() -> float | None:
     slash command, a notifier, a worker run), never negative; None outside any."""
     at = _deadline_at.get()
     return None if at is None else max(at - time.monotonic(), 0.0)
+
+
+def seconds_left_nested() -> float | None:
+    """What a call bounded inside the one running now may take: `seconds_left` less the
+    margin (`NESTED_MARGIN_SECONDS`, at most half of it); None outside any bounded call."""
+    left = seconds_left()
+    if left is None:
+        return None
+    return left - min(NESTED_MARGIN_SECONDS, left * NESTED_MARGIN_SHARE)
+
+
+@contextmanager
+def alarms_held() -> Iterator[None]:
+    """Run host code (a frame's setup, commit or rollback, the stop it records) with the alarm
+    of an enclosing bounded call held: if it falls meanwhile, `HookDeadline` is raised when the
+    code is done, at a safe point, never inside a database command. The extension code of a
+    frame run in here is interrupted by its own alarm as usual (`alarm`)."""
+    if not alarm_usable():
+        yield
+        return
+    _held.depth += 1
+    try:
+        yield
+    finally:
+        _held.depth -= 1
+        if not _held.depth and _held.fell is not None:
+            reason, _held.fell = _held.fell, None
+            raise HookDeadline(reason)
 
 
 @contextmanager
@@ -89,17 +138,24 @@ def _alarm(frame: Frame, seconds: float) -> Iterator[None]:
         return
 
     def on_alarm(signum: int, stack: object) -> None:
-        if frame.open:
-            raise HookDeadline(f"{frame.hook} exceeded its deadline")
+        if not frame.open:
+            return
+        reason = f"{frame.hook} exceeded its deadline"
+        if _held.depth:
+            _held.fell = _held.fell or reason  # raised when the host's code is done
+            return
+        raise HookDeadline(reason)
 
     previous_handler = signal.signal(signal.SIGALRM, on_alarm)
     previous_delay, _ = signal.setitimer(signal.ITIMER_REAL, max(seconds, MIN_DEADLINE_SECONDS))
     armed_at = time.monotonic()
+    held, _held.depth = _held.depth, 0  # the code bounded here is the extension's: interruptible
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous_handler)
+        _held.depth = held  # before the enclosing timer runs again
         if previous_delay:
             # someone else's timer was running: give it back what is left of it
             left = previous_delay - (time.monotonic() - armed_at)

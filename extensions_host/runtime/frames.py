@@ -10,7 +10,9 @@
 3. per-process, read-only `activate` when the revision or activation epoch moved (code that
    runs outside frames — routes, commands, workers, notifiers — gets it from
    `activate_outside`, in a frame of its own);
-4. the deadline (SIGALRM on a main thread, `statement_timeout`, the elapsed check);
+4. the deadline (SIGALRM on a main thread, `statement_timeout`, the elapsed check); inside a
+   bounded call (a route's `ctx.transact`) it ends a margin before that call's deadline, whose
+   alarm is held while the frame's host code runs, and nothing commits once that deadline passed;
 5. the stop rules: which exceptions stop the extension (`failures="stop"` for background hooks:
    anything but `Retry`; `failures="return"` for commands, routes, `transact`, `update`: typed
    SDK errors go back to the caller), async crossings, invalid results, guard defects;
@@ -324,9 +326,12 @@ def run_frame(
             key=item,
         )
 
-    if page is not None:
-        return attempt()  # a transient error fails the whole page; its owner retries it
-    return with_transient_retries(attempt)
+    # an enclosing call's alarm (a route's) never interrupts the frame's database commands: the
+    # connection stays usable and the frame's stop is recorded; it falls once the frame is done
+    with deadlines.alarms_held():
+        if page is not None:
+            return attempt()  # a transient error fails the whole page; its owner retries it
+        return with_transient_retries(attempt)
 
 
 def _attempt(
@@ -409,6 +414,9 @@ def _attempt(
             _commit_bookkeeping(frame)
             if finish is not None:
                 finish(result)
+            if deadlines.seconds_left() == 0:
+                # the enclosing call's deadline passed meanwhile (its alarm is held): too late
+                raise _Rollback(_Failure("stop", hook, deadline_reason(hook)))
             if page is not None and own_limits:
                 deadlines.database_limits(page.db_limit_s)
             return _reported(
@@ -608,8 +616,9 @@ def hook_deadline(
     """An extension's own deadline for one call (a hook, a route, a slash command), clamped to
     (0, 300] s: the call's own (`explicit`), else the staff override on the roster row, the
     extension's `deadline_s`, the boundary's default (5 s request, 30 s worker); never past
-    the deadline of the bounded call it runs in (a route's `ctx.transact`: nothing it writes
-    commits after the route's deadline). A page's time limit may cut it further."""
+    the deadline of the bounded call it runs in, less a margin (a route's `ctx.transact` ends,
+    and its stop is recorded, before the route's deadline; nothing it writes commits after it).
+    A page's time limit may cut it further."""
     if explicit is not None:
         limit = explicit
     elif row is not None and row.deadline_seconds:
@@ -618,7 +627,7 @@ def hook_deadline(
         limit = loaded.definition.deadline_s
     else:
         limit = deadlines.default_deadline(boundary)
-    enclosing = deadlines.seconds_left()
+    enclosing = deadlines.seconds_left_nested()
     if enclosing is not None:
         limit = min(limit, enclosing)
     return min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)

@@ -60,10 +60,12 @@ def hook_command(
     conversation_id: str | None,
     data: BaseModel,
     caller: Caller | None,
+    prepare: Callable[[], bool | None] | None = None,
     finish: Callable[[Any], None] | None = None,
 ) -> FrameOutcome:
     """Run a command handler in a request frame; the result is validated against the declared
-    output model (or must be JSON) — an invalid result is a defect."""
+    output model (or must be JSON) — an invalid result is a defect. `prepare` and `finish` are
+    the frame's host bookkeeping before and after the handler (`run_frame`)."""
 
     def call(ctx: HookContext) -> Any:
         if spec.scope == "conversation":
@@ -84,6 +86,7 @@ def hook_command(
         validate=validate,
         observe=[conversation_id] if conversation_id else [],
         caller=caller,
+        prepare=prepare,
         finish=finish,
     )
 

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.db import IntegrityError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from conversations.selectors import conversation_get
 from core.auth import Principal
 from core.errors import MSG_FORBIDDEN, HostError
 from core.models import IdempotencyResult
+from core.validation import model_from_json
 from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.frames import FrameOutcome
@@ -35,6 +36,8 @@ MSG_INPUT_INVALID = "Extension command input is invalid"
 MSG_IDEMPOTENCY_CONFLICT = "Idempotency key was used with a different request"
 MSG_IDEMPOTENCY_KEY_INVALID = "Idempotency-Key must be 1..256 characters"
 MAX_IDEMPOTENCY_KEY = 256
+# the status of a claimed key whose handler is still running: only its own frame sees the row
+PENDING = 0
 
 
 def no_handler_reason(name: str) -> str:
@@ -102,10 +105,12 @@ def command_call(
             conversation_id=conversation_id,
             data=data,
             caller=caller,
+            prepare=replay.claim if replay is not None else None,
             finish=replay.store if replay is not None else None,
         )
     except IntegrityError:
-        # the same key raced us and committed first: answer with its stored result
+        # a call with the same key committed first (`claim` waited for it on the unique
+        # index): answer with the result it stored
         stored = replay.lookup() if replay is not None else None
         if stored is None:
             raise
@@ -121,14 +126,7 @@ def _validate_input(spec: Command, body: Any) -> BaseModel:
             MSG_INPUT_INVALID,
             details={"non_field_errors": ["Expected a JSON object."]},
         )
-    try:
-        return spec.input.model_validate(body, extra="forbid")
-    except ValidationError as exc:
-        details: dict[str, list[str]] = {}
-        for error in exc.errors(include_url=False):
-            field = ".".join(str(part) for part in error["loc"]) or "non_field_errors"
-            details.setdefault(field, []).append(error["msg"])
-        raise HostError("contract", "invalid", MSG_INPUT_INVALID, details=details) from exc
+    return model_from_json(spec.input, body, message=MSG_INPUT_INVALID)
 
 
 def _result(extension_id: str, outcome: FrameOutcome) -> CommandResult:
@@ -147,6 +145,16 @@ def _result(extension_id: str, outcome: FrameOutcome) -> CommandResult:
 
 @dataclass(frozen=True)
 class _Idempotency:
+    """The stored result of a call with an `Idempotency-Key`, claimed before its handler runs.
+
+    `claim` inserts the key's row (pending) in the command's frame, before the handler; `store`
+    fills it in with the result, in the same transaction, so the row only ever commits with a
+    result, together with the handler's effects. A concurrent retry with the same key blocks
+    on the row's unique index until the first call's frame ends: committed, it replays that
+    result (`IntegrityError` in `command_call`); rolled back (a typed failure, a stop), nothing
+    was stored and the retry runs the handler itself. The same pattern as tool calls.
+    """
+
     scope: str
     key: str
     fingerprint: str
@@ -180,14 +188,18 @@ class _Idempotency:
             raise HostError("contract", "conflict", MSG_IDEMPOTENCY_CONFLICT)
         return CommandResult(status=stored.status, body=stored.body, replayed=True)
 
-    def store(self, value: Any) -> None:
-        # inside the command's frame: the result commits with the handler's effects
+    def claim(self) -> None:
         IdempotencyResult.objects.create(
             scope=self.scope,
             key=self.key,
             request_fingerprint=self.fingerprint,
-            status=200,
-            body=value,
+            status=PENDING,
+            body=None,
+        )
+
+    def store(self, value: Any) -> None:
+        IdempotencyResult.objects.filter(scope=self.scope, key=self.key).update(
+            status=200, body=value
         )
 
 

@@ -8,11 +8,10 @@ import json
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from core.db import is_transient
 from extensions_host.models import ExtensionRecord, MigrationStaging, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.sdk import MAX_RECORD_BYTES, Extension, StateError
@@ -55,12 +54,11 @@ def state_migrate(*, loaded: LoadedExtension, row: RosterEntry) -> str | None:
                     rows.close()  # the server-side cursor closes before the savepoint ends
         except MigrationFailed as exc:
             return f"migration: {exc}"
-        except (DatabaseError, ValueError) as exc:
-            # the database refused the output after every check passed (a driver's encoding
-            # error is a ValueError): the savepoint is rolled back and only this extension
-            # stops; a transient error is the host's and fails the sync, to be retried
-            if is_transient(exc):
-                raise
+        except (DataError, IntegrityError, UnicodeEncodeError) as exc:
+            # the database or its driver refused the output after every check passed (a NUL,
+            # a value out of a column's bounds, a constraint; a lone surrogate the driver cannot
+            # encode): the savepoint is rolled back and only this extension stops. Anything
+            # else (a transient error, a host bug) is the host's and fails the sync.
             first_line = str(exc).strip().split("\n", 1)[0]
             return f"migration: the database refused the migrated records: {first_line}"
     row.state_version = declared

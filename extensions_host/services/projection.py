@@ -57,6 +57,9 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
         )
         for (row, loaded, _, commands), outcome in zip(projected, outcomes, strict=True):
             slots[row.id] = _slot(loaded, outcome, commands=commands)
+    # an extension this request stopped (a failing or missing `project`) shows no items in this
+    # same response: a stop hides them everywhere at once (spec 04)
+    attention = [ext_id for ext_id in attention if not _stopped_here(slots.get(ext_id))]
     return {
         "conversation_id": conversation.id,
         # read before the hooks ran: the values are at least as new as this version
@@ -78,6 +81,13 @@ class _Row(NamedTuple):
 
 def _stopped(revision: str, reason: str) -> dict[str, Any]:
     return {"status": "stopped", "revision": revision, "reason": reason}
+
+
+def _stopped_here(slot: dict[str, Any] | None) -> bool:
+    """The slot of an extension read as running came back stopped (its `project` failed or is
+    missing, or a stop committed meanwhile). A slot shown stopped for a revision change is not
+    a stop: the extension runs and its items stay visible."""
+    return slot is not None and slot["status"] == "stopped" and slot["reason"] != MSG_UPDATING
 
 
 def _unprojected(row: _Row, loaded: LoadedExtension, *, projects: bool) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 from django.apps import apps
 from django.core.exceptions import FieldError
 from django.db import connection
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 
 from conversations.models import Conversation, Entry, Run, Submission
 from core.access import access_of
@@ -140,9 +140,13 @@ def _artifacts_sequence(conversation_id: str) -> Any:
     try:
         event = apps.get_model("artifacts", "Event")
         world = apps.get_model("artifacts", "World")
+        # one query: a world without a row has no events either
+        newest = event.objects.filter(world_id=OuterRef("pk")).order_by("-sequence")
         return (
-            event.objects.filter(world_id=conversation_id).aggregate(top=Max("sequence"))["top"],
-            world.objects.filter(pk=conversation_id).values_list("state_version").first(),
+            world.objects.filter(pk=conversation_id)
+            .annotate(top=Subquery(newest.values("sequence")[:1]))
+            .values_list("top", "state_version")
+            .first()
         )
     except (LookupError, FieldError):
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
 
 from artifacts import services
 from artifacts.models import Operation, Record
@@ -378,6 +379,54 @@ def test_the_followup_list_is_paged_by_operation_id(begun, api, owner):
     for query in ("limit=101", "limit=0", "cursor=bogus"):
         response = reader.get(f"/v1/worlds/world-1/artifacts/followups?{query}")
         assert response.status_code == 400, query
+
+
+# Collations that order "op-a" before "op-B" (case-insensitive first), unlike code points.
+_LOCALE_COLLATIONS = ("en-US-x-icu", "und-x-icu", "en_US.utf8", "en_US")
+
+
+def _give_operation_ids_a_locale_collation() -> None:
+    """PostgreSQL: collate the operation id column as many installations' default does (the
+    test database may be C); rolled back with the test's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT collname FROM pg_collation WHERE collname = ANY(%s)",
+            [list(_LOCALE_COLLATIONS)],
+        )
+        available = {name for (name,) in cursor.fetchall()}
+        collation = next((name for name in _LOCALE_COLLATIONS if name in available), None)
+        if collation is None:
+            pytest.skip(f"no locale collation ({', '.join(_LOCALE_COLLATIONS)}) in PostgreSQL")
+        # the fixture's rows leave deferred foreign-key checks that ALTER TABLE refuses to skip
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        field = Operation._meta.get_field("id")
+        cursor.execute(
+            f"ALTER TABLE {connection.ops.quote_name(Operation._meta.db_table)} "
+            f"ALTER COLUMN {connection.ops.quote_name(field.column)} "
+            f"TYPE varchar({field.max_length}) COLLATE {connection.ops.quote_name(collation)}"
+        )
+
+
+def test_the_followup_list_is_in_code_point_order_whatever_the_collation(begun, api, owner):
+    """The seed's order ("op-B" before "op-a"), page after page, forward and back, on SQLite
+    and on PostgreSQL whatever collation the id column has."""
+    if connection.vendor == "postgresql":
+        _give_operation_ids_a_locale_collation()
+    for op in ("op-b", "op-Z", "op-a", "op-B"):
+        context = {**CONTEXT, "operation_id": op, "parent_head": f"h-{op}"}
+        assert post(begun, "operations", {"context": context})[0] == 200
+    reader = api(owner)
+
+    pages = _pages(reader, "/v1/worlds/world-1/artifacts/followups?limit=2")
+
+    expected = ["op-1", "op-B", "op-Z", "op-a", "op-b"]
+    assert [[f["operation_id"] for f in page["results"]] for page in pages] == [
+        expected[0:2],
+        expected[2:4],
+        expected[4:],
+    ]
+    back = reader.get(pages[-1]["previous"]).json()
+    assert [f["operation_id"] for f in back["results"]] == expected[2:4]
 
 
 def test_the_projection_filters_by_channel(begun, api, owner):

@@ -154,6 +154,38 @@ def test_a_repeat_of_a_pending_record_whose_operation_was_superseded_repairs_its
     assert visible() == []
 
 
+@pytest.mark.parametrize(
+    ("attempts", "projection", "superseded"),
+    [
+        ({"req-1": 1}, "active", False),
+        ({"req-1": 2}, "active", True),
+        ({"req-1": 1}, "superseded", True),
+        # no caller reaches this (an emit needs its attempt registered), but the two rules
+        # must not drift: an attempt the operation does not know is not a newer one
+        ({}, "active", False),
+    ],
+    ids=["current-attempt", "newer-attempt", "projection-superseded", "unknown-attempt"],
+)
+def test_the_repair_of_a_pending_commit_record_supersedes_it_as_its_status_reads(
+    world, attempts, projection, superseded
+):
+    """`_repair` and the projection's status share one rule (`record_superseded`)."""
+    from artifacts.models import Operation
+    from artifacts.selectors import SUPERSEDED, WorldView
+    from artifacts.services.emit import _repair
+    from artifacts.services.world import WorldMutation
+
+    created = emit(started(op_context(), decl(save="commit")), payload="pending")
+    record = Record.objects.get(record_id=created.record_id)
+    operation = Operation.objects.get(pk="op-1")
+    operation.request_attempts, operation.projection_status = attempts, projection
+    read_as = WorldView({operation.pk: operation}, [record], []).status(record)
+
+    _repair(WorldMutation.lock("world-1"), record, operation)
+
+    assert (read_as == SUPERSEDED, record.superseded) == (superseded, superseded)
+
+
 def test_a_repeat_repairs_a_publication_event_that_is_genuinely_missing(ctx):
     """A record whose events were lost (a restore, a hand edit) gets them from the repeat."""
     first = emit(ctx, "panel", "hello", "call-1")

@@ -9,7 +9,7 @@ import pytest
 
 from artifacts import selectors, services
 from artifacts.selectors import MSG_OPERATION_NOT_FOUND
-from core.auth import ANONYMOUS, Principal, service_user, user_principal
+from core.auth import ANONYMOUS, service_principal, user_principal
 from core.errors import HostError
 from core.models import TokenScope
 from tests.artifacts.helpers import make_world, op_context
@@ -35,16 +35,9 @@ def test_the_owner_and_the_service_principal_read_the_summary(private_operation,
         principal=user_principal(owner, "session"), operation_id=private_operation
     )
     assert as_owner.operation_id == "op-1"
-    service = Principal(
-        user=service_user(),
-        name="service",
-        email="",
-        admin=True,
-        service=True,
-        method="service",
-        scope=TokenScope.RUNTIME,
+    as_service = selectors.followup_read(
+        principal=service_principal(), operation_id=private_operation
     )
-    as_service = selectors.followup_read(principal=service, operation_id=private_operation)
     assert as_service == as_owner
 
 

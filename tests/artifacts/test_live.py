@@ -135,3 +135,38 @@ def test_a_retry_that_changes_nothing_moves_nothing(world):
     services.followup_resume(operation_id="missing")
 
     assert _marks() == before
+
+
+def test_the_state_version_moves_in_the_statement_that_writes_the_rows(world):
+    """A call that writes an operation costs no statement of its own for the world's
+    `state_version`: on PostgreSQL it is one more part of `rows_write`'s statement, with the
+    conversation's version bump (SQLite runs those parts one by one)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from artifacts.models import World
+
+    call = _transient_panel_then_followup_begin()
+    before = World.objects.get(pk="world-1").state_version
+
+    with CaptureQueriesContext(connection) as captured:
+        call()
+
+    bumps = [q["sql"] for q in captured.captured_queries if "state_version" in q["sql"]]
+    assert len(bumps) == 1
+    if connection.vendor == "postgresql":
+        assert Conversation._meta.db_table in bumps[0]
+    assert World.objects.get(pk="world-1").state_version == before + 1
+
+
+def test_the_artifacts_digest_is_one_query(world, django_assert_num_queries):
+    from extensions_host.surfaces.live import _artifacts_sequence
+
+    _transient_panel_then_followup_begin()()
+    with django_assert_num_queries(1):
+        moved = _artifacts_sequence("world-1")
+    services.followup_resume(operation_id="op-1")
+    with django_assert_num_queries(1):
+        assert _artifacts_sequence("world-1") != moved
+    with django_assert_num_queries(1):
+        assert _artifacts_sequence("no-such-world") is None

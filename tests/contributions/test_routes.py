@@ -11,8 +11,9 @@ from rest_framework.test import APIClient
 
 from extensions_host.contributions.services.stores import secret_set
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
-from extensions_host.runtime import current_frame
+from extensions_host.runtime import current_frame, deadlines, forget_activations, frames
 from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
+from extensions_host.services.roster import extension_resume
 
 from . import exts
 from .exts import Note, make_notes_route_ext, make_routes_ext
@@ -209,21 +210,91 @@ def test_a_frame_a_route_opens_ends_by_the_routes_deadline(install, api, member,
     assert 0 < deadlines[0] <= 0.5
 
 
-def test_a_write_in_transact_never_commits_after_the_routes_deadline(install, api, member):
-    def body(tx):
-        tx.collection("note").put(Note(key="late"))
-        time.sleep(2)  # interrupted at the route's deadline (SIGALRM on this main thread)
+def overrunning_transact(tx):
+    tx.collection("note").put(Note(key="late"))
+    time.sleep(2)  # interrupted at the transact's deadline (SIGALRM on this main thread)
 
-    install(make_notes_route_ext(lambda ctx, request: ctx.transact(body), deadline_s=0.1))
+
+def overrunning_route(ctx, request):
+    return ctx.transact(overrunning_transact)
+
+
+def test_a_write_in_transact_never_commits_after_the_routes_deadline(install, api, member):
+    install(make_notes_route_ext(overrunning_route, deadline_s=0.1))
     started = time.monotonic()
 
     response = api(member).post("/v1/ext/notes/me")
 
     assert time.monotonic() - started < 1.5
     assert response.status_code == 503
-    # the transact's deadline and the route's are one instant: either one's stop is written
-    assert RosterEntry.objects.get(pk="notes").reason.endswith(" exceeded its deadline")
+    # the transact ends a margin before the route: its own stop is the one recorded
+    assert RosterEntry.objects.get(pk="notes").reason == "transact exceeded its deadline"
     assert not ExtensionRecord.objects.filter(extension_id="notes").exists()
+
+
+@pytest.mark.postgres
+def test_a_route_whose_transact_overruns_is_recorded_as_stopped_every_time(install, api, member):
+    """The route's alarm never interrupts psycopg while the transact rolls back or its stop is
+    written (the connection would be left "another command is already in progress")."""
+    install(make_notes_route_ext(overrunning_route, deadline_s=0.1))
+    for _ in range(12):
+        forget_activations()  # as in a fresh process: `activate` runs first
+
+        response = api(member).post("/v1/ext/notes/me")
+
+        assert response.status_code == 503
+        assert response.json()["error"]["message"].endswith("transact exceeded its deadline")
+        # this connection (the request's) still answers, and the stop is on record
+        assert RosterEntry.objects.get(pk="notes").reason == "transact exceeded its deadline"
+        assert not ExtensionRecord.objects.filter(extension_id="notes").exists()
+        extension_resume(extension_id="notes", actor="staff")
+
+
+def test_a_transact_whose_commit_comes_after_the_routes_deadline_is_rolled_back(
+    install, api, member, monkeypatch
+):
+    """The route's alarm is held while the frame's own code runs (its bookkeeping, commit or
+    rollback): a frame that reaches its commit after the route's deadline rolls back instead."""
+    real_bookkeeping = frames._commit_bookkeeping
+
+    def bookkeeping_past_the_routes_deadline(frame):
+        real_bookkeeping(frame)
+        polls = 0
+        while deadlines.seconds_left() and polls < 1000:  # a bounded poll: the route's deadline
+            time.sleep(0.01)
+            polls += 1
+
+    monkeypatch.setattr(frames, "_commit_bookkeeping", bookkeeping_past_the_routes_deadline)
+
+    def quick(tx):
+        tx.collection("note").put(Note(key="late"))
+
+    install(make_notes_route_ext(lambda ctx, request: ctx.transact(quick), deadline_s=0.2))
+
+    response = api(member).post("/v1/ext/notes/me")
+
+    assert response.status_code == 503
+    assert RosterEntry.objects.get(pk="notes").reason == "transact exceeded its deadline"
+    assert not ExtensionRecord.objects.filter(extension_id="notes").exists()
+
+
+def test_a_transact_in_a_route_with_a_short_deadline_still_commits(install, api, member):
+    """The margin a nested frame leaves is at most half of the time left."""
+
+    def quick(tx):
+        tx.collection("note").put(Note(key="soon"))
+        return deadlines.seconds_left()
+
+    install(
+        make_notes_route_ext(lambda ctx, request: {"left": ctx.transact(quick)}, deadline_s=0.2)
+    )
+
+    response = api(member).post("/v1/ext/notes/me")
+
+    assert response.status_code == 200, response.content
+    assert 0 < response.json()["left"] <= 0.1  # the route's 0.2 s, less the margin
+    assert ExtensionRecord.objects.filter(extension_id="notes").count() == 1
+    assert status("notes") == ExtensionStatus.RUNNING
 
 
 @pytest.mark.parametrize(
@@ -255,6 +326,62 @@ def test_unknown_paths_and_methods_are_404_and_405(install, api, member):
     assert wrong.status_code == 405
     assert wrong.json()["error"]["details"] == {"allow": ["GET"]}
     assert exts.calls == []
+
+
+def test_options_goes_through_the_route_table_like_every_method(install, api, member, staff):
+    install(make_routes_ext())
+    client = api(member)
+
+    known = client.options("/v1/ext/web/status")  # a GET-only path
+    unknown_path = client.options("/v1/ext/web/nope")
+    unknown_extension = client.options("/v1/ext/ghost/status")
+    anonymous = APIClient().options("/v1/ext/web/admin/reset")
+
+    assert known.status_code == 405
+    assert known.json()["error"]["details"] == {"allow": ["GET"]}
+    assert anonymous.status_code == 405
+    assert unknown_path.status_code == unknown_extension.status_code == 404
+    assert unknown_path.json()["error"]["message"] == "Not found"  # no metadata about the view
+    # the route table comes before availability, as for every method
+    RosterEntry.objects.filter(pk="web").update(status=ExtensionStatus.STOPPED, reason="x")
+    assert api(staff).options("/v1/ext/web/me").status_code == 405
+    assert exts.calls == []
+
+
+def webhook(ctx, request):
+    exts.calls.append(f"{request.method} {ctx.caller.username if ctx.caller else ''}")
+    return {"authorization": request.headers.get("Authorization"), "user": ctx.caller.username}
+
+
+@pytest.mark.parametrize("credentials", ["Bearer webhook-shared-secret-123", "expired", "revoked"])
+def test_a_public_route_takes_an_authorization_that_is_not_a_hyphae_credential(
+    install, api, member, credentials
+):
+    """Webhooks send their own bearer secret: a public route runs its handler anonymously and
+    the handler reads the header; an expired or revoked Hyphae token is anonymous there too."""
+    from core import clock
+    from core.models import ApiToken
+    from core.services import token_create
+
+    install(make_routes_ext("hook", handler=webhook))
+    header = credentials
+    if credentials in ("expired", "revoked"):
+        token, raw = token_create(user=member, name="old", scope="write", expires_at=None)
+        field = "expires_at" if credentials == "expired" else "revoked_at"
+        ApiToken.objects.filter(pk=token.pk).update(**{field: clock.now()})
+        header = f"Bearer {raw}"
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+
+    public = client.get("/v1/ext/hook/status")
+    user_route = client.get("/v1/ext/hook/me")
+
+    assert public.status_code == 200
+    assert public.json() == {"authorization": header, "user": ""}
+    assert user_route.status_code == 401  # a route that needs a principal still refuses them
+    assert user_route["WWW-Authenticate"].startswith("Bearer")
+    assert user_route.json()["error"]["message"] == "Credentials are invalid"
+    assert exts.calls == ["GET "]
 
 
 def test_routes_need_the_routes_grant_admitted(install, api, member):

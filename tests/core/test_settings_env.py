@@ -1,5 +1,5 @@
 """Settings as an operator meets them: `.env` honoured everywhere (production, beat, make run),
-bad values refused at start with the variable's name, production's database enforced.
+bad values refused at start with the variable's name, production's database and cache enforced.
 
 Each test loads the settings in a fresh process from a project folder whose `config` package is
 a copy (so its BASE_DIR, and the `.env` it reads, is that folder); every other package comes
@@ -149,6 +149,33 @@ def test_production_refuses_a_sqlite_database(project):
     assert (
         "ImproperlyConfigured: DATABASE_URL must point at PostgreSQL in production" in done.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "cache_url", ["filecache:///var/cache/hyphae", "locmemcache://", "dummycache://"]
+)
+def test_production_refuses_a_cache_that_is_not_redis(project, cache_url):
+    """`save=none` artifact payloads live in the cache (with the file cache, in each process's
+    memory): every web process must share it."""
+    done = python(
+        project,
+        LOAD,
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"CACHE_URL": cache_url}),
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: CACHE_URL must point at Redis in production" in done.stderr
+
+
+def test_production_takes_a_redis_cache_for_the_artifact_payloads_too(project):
+    values = show(
+        project,
+        "CACHES",
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"CACHE_URL": "rediss://redis.internal:6380/1"}),
+    )
+    assert values["CACHES"]["artifacts"] == values["CACHES"]["default"]
+    assert values["CACHES"]["default"]["LOCATION"] == "rediss://redis.internal:6380/1"
 
 
 def test_beat_ticks_at_the_interval_dotenv_sets(project):

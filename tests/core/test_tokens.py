@@ -125,6 +125,20 @@ def test_revoking_with_unknown_body_fields_is_a_400_and_revokes_nothing(api, own
     assert client.delete(f"/v1/auth/tokens/{token.pk}", {}, format="json").status_code == 204
 
 
+@pytest.mark.parametrize("token_id", ["theirs", "missing"])
+def test_revoking_a_token_one_may_not_see_is_a_404_before_the_body_is_read(
+    api, owner, outsider, token_id
+):
+    """The lookup comes first (404), then the body (400), as for every write."""
+    api(owner)
+    theirs = ApiToken.objects.get(user=owner)
+    pk = theirs.pk if token_id == "theirs" else theirs.pk + 1000
+    response = api(outsider).delete(f"/v1/auth/tokens/{pk}", {"bogus": 1}, format="json")
+    assert response.status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.revoked_at is None
+
+
 def test_both_service_tokens_work_for_rotation(api):
     from rest_framework.test import APIClient
 

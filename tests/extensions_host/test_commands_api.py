@@ -3,15 +3,21 @@ mapping of spec 02 §3, output validation and `Idempotency-Key`."""
 
 from __future__ import annotations
 
+import datetime
+import enum
+import threading
+import uuid
 from typing import Any
 
 import pytest
+from django.db import connection
 from pydantic import BaseModel
 
 from conversations.models import Conversation
 from extensions_host.contributions.services.stores import secret_set
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
+from extensions_host.services import commands as command_service
 
 from .conftest import roster
 from .exts import AddInput, AddOutput, add_command, make_ext
@@ -303,6 +309,58 @@ def test_input_that_does_not_validate_is_400_with_field_details(setup, api, body
     assert not ExtensionRecord.objects.exists()
 
 
+def test_input_is_checked_against_its_json_schema_types_without_coercion(setup, api):
+    # the published schema says `n` is an integer: a string of digits is not one
+    response = api(setup).post(url("add"), {"key": "k", "n": "10"}, format="json")
+
+    assert error_of(response) == (400, "contract", "invalid", "Extension command input is invalid")
+    assert response.json()["error"]["details"] == {"n": ["Input should be a valid integer"]}
+    assert not ExtensionRecord.objects.exists()
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class WhenInput(BaseModel):
+    at: datetime.datetime
+    ref: uuid.UUID
+    color: Color
+    ratio: float
+
+
+def test_input_takes_what_json_can_only_carry_as_strings(install, conversation, owner, api):
+    """Strict is the JSON schema's strictness: ISO datetimes, UUIDs and enum values still come
+    from strings, and an integer is still a number."""
+
+    def when(ctx: Any, data: WhenInput) -> dict[str, Any]:
+        return {"at": data.at.isoformat(), "ref": data.ref.hex, "color": data.color.name}
+
+    install(make_ext("clock", commands={"when": ({"scope": "global", "input": WhenInput}, when)}))
+    ref = uuid.uuid4()
+    body = {"at": "2026-01-02T03:04:05Z", "ref": str(ref), "color": "red", "ratio": 1}
+
+    response = api(owner).post(url("when", None, ext="clock"), body, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert response.json() == {"at": "2026-01-02T03:04:05+00:00", "ref": ref.hex, "color": "RED"}
+
+
+def test_a_command_returning_none_answers_json_null_also_when_replayed(install, owner, api):
+    install(make_ext("quiet", commands={"nothing": ({"scope": "global"}, lambda ctx, data: None)}))
+    client = api(owner)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "none-1"}
+
+    first = client.post(url("nothing", None, ext="quiet"), {}, format="json", **headers)
+    again = client.post(url("nothing", None, ext="quiet"), {}, format="json", **headers)
+
+    for response in (first, again):
+        assert response.status_code == 200
+        assert response["Content-Type"] == "application/json"
+        assert response.content == b"null"
+    assert again["Idempotent-Replayed"] == "true"
+
+
 def test_a_key_the_database_cannot_store_is_400_not_a_store_error(setup, api):
     """A NUL in the input reaches `get(key)`: a bound violation (400) on every database, never
     `store/unavailable` (503) from the driver, and no stop."""
@@ -441,3 +499,66 @@ def test_a_stopped_extension_without_the_grant_answers_for_the_grant_first(setup
     response = api(setup).post(url("add"), {"key": "k"}, format="json")
 
     assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_concurrent_retry_with_the_same_idempotency_key_waits_and_replays_the_result(
+    install, conversation, owner, api, monkeypatch
+):
+    """The retry arrives while the first call's handler still runs (its lookup finds nothing
+    stored yet): it waits for the first call and answers with its result, without running the
+    handler a second time."""
+    handler_calls: list[str] = []
+    first_in_handler = threading.Event()
+    retry_looked_up = threading.Event()
+
+    def add(ctx: Any, conversation_id: str, data: AddInput) -> AddOutput:
+        handler_calls.append(threading.current_thread().name)
+        if threading.current_thread().name == "first":
+            first_in_handler.set()
+            assert retry_looked_up.wait(timeout=20)  # the retry got past its lookup meanwhile
+        return add_command(ctx, conversation_id, data)
+
+    lookup = command_service._Idempotency.lookup
+
+    def observed_lookup(self: Any) -> Any:
+        stored = lookup(self)
+        if threading.current_thread().name == "retry":
+            retry_looked_up.set()
+        return stored
+
+    monkeypatch.setattr(command_service._Idempotency, "lookup", observed_lookup)
+    spec = {"scope": "conversation", "input": AddInput, "output": AddOutput}
+    install(make_ext("notes", commands={"add": (spec, add)}))
+    conversation("c1")
+    clients = {"first": api(owner), "retry": api(owner)}
+    replies: dict[str, Any] = {}
+    failures: list[BaseException] = []
+
+    def send() -> None:
+        name = threading.current_thread().name
+        try:
+            if name == "retry":
+                assert first_in_handler.wait(timeout=20)
+            replies[name] = clients[name].post(
+                url("add"), {"key": "k", "n": 60}, format="json", HTTP_IDEMPOTENCY_KEY="K1"
+            )
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, name=name) for name in ("first", "retry")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert failures == []
+    assert handler_calls == ["first"]
+    first, retry = replies["first"], replies["retry"]
+    assert (first.status_code, first.json()) == (200, {"key": "k", "total": 60})
+    assert (retry.status_code, retry.json()) == (200, {"key": "k", "total": 60})
+    assert retry["Idempotent-Replayed"] == "true"
+    assert ExtensionRecord.objects.get(key="k").value.startswith('{"key":"k","n":60,')

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import ProgrammingError, connection
 from pydantic import BaseModel
 
 from core.validation import PROBLEM_NOT_UNICODE, PROBLEM_NUL
@@ -265,3 +265,26 @@ def test_a_database_error_writing_a_migrations_output_stops_only_that_extension(
     assert row.status == ExtensionStatus.STOPPED
     assert row.reason.startswith("migration: the database refused the migrated records: ")
     sync_goes_on_for_the_others()
+
+
+@pytest.mark.parametrize(
+    "bug", [ValueError("host bug"), ProgrammingError("host bug")], ids=["value", "sql"]
+)
+def test_a_host_bug_during_a_migration_fails_the_sync_and_stops_no_extension(
+    install, monkeypatch, bug
+):
+    """Only what the database refuses of the extension's output stops it: an error of the
+    host's own code inside the migration's savepoint is the host's, and fails the sync."""
+    before = seed_v1(install)
+
+    def broken(*, extension_id: str) -> None:
+        raise bug
+
+    monkeypatch.setattr(migrations, "usage_recount", broken)
+
+    with pytest.raises(type(bug), match="host bug"):
+        install(v3(), make_ext("beta"))
+
+    assert snapshot("todos") == before
+    row = roster("todos")
+    assert (row.status, row.reason, row.state_version) == (ExtensionStatus.RUNNING, "", 1)

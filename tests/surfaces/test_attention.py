@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from conversations.models import Conversation
 from core import clock
-from extensions_host.models import ExtensionStatus
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import extension_stop
 from extensions_host.sdk import AdmissionError, StateError
 from extensions_host.services.roster import extension_admit_grants, extension_resume
@@ -313,3 +314,35 @@ def test_an_uninstalled_extensions_items_are_hidden(install, conversation):
     assert roster("watch").status == ExtensionStatus.UNINSTALLED
     assert ids() == ["o1"]
     assert AttentionItem.objects.filter(extension_id="watch").exists()  # data is kept
+
+
+def test_a_projection_that_stops_its_extension_shows_none_of_its_items_in_that_response(
+    install, conversation, api, owner
+):
+    class Board(BaseModel):
+        n: int
+
+    def broken(ctx: Any, cid: str) -> Any:
+        raise RuntimeError("broken projection")
+
+    def fine(ctx: Any, cid: str) -> Board:
+        return Board(n=1)
+
+    grants = {"attention", "projection"}
+    install(
+        make_ext("watch", grants=grants, hooks={"project": broken}, projection_schema=Board),
+        make_ext("other", grants=grants, hooks={"project": fine}, projection_schema=Board),
+        make_ext("moving", grants=grants, hooks={"project": fine}, projection_schema=Board),
+    )
+    conversation("c1")
+    for ext_id in ("watch", "other", "moving"):
+        assert in_frame(ext_id, set_items(item(f"{ext_id}-1"))).ok
+    # `moving` is being updated by a deploy: its slot says so, but it runs and shows its items
+    RosterEntry.objects.filter(pk="moving").update(revision="next")
+
+    body = api(owner).get("/v1/conversations/c1/projection").json()
+
+    assert body["slots"]["watch"]["status"] == "stopped"
+    assert roster("watch").status == ExtensionStatus.STOPPED
+    assert body["slots"]["moving"]["status"] == "stopped"
+    assert sorted(i["id"] for i in body["attention"]) == ["moving-1", "other-1"]

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from conversations.models import Run, Submission
-from conversations.services import Origin, submission_admit
+from conversations.services import Origin, run_settle, submission_admit
 from extensions_host.models import ExtensionStatus
-from extensions_host.sdk import ToolModule
+from extensions_host.sdk import Retry, ToolModule
 
 from .conftest import roster
 from .exts import LookupInput, make_ext, sections
@@ -351,3 +351,88 @@ def test_section_shapes_the_rules_do_not_list_are_invalid_too(value, problem):
     from extensions_host.surfaces.services.participation import prompt_sections_check
 
     assert prompt_sections_check(value) == ([], problem)
+
+
+# --- Retry at claim ---------------------------------------------------------------------------
+
+
+def retrying(ctx: Any, run: Any) -> Any:
+    raise Retry(7, "upstream down")
+
+
+RETRYING_HOOKS = {
+    # the grant, and what the claim answers once the extension stopped past the retry bound
+    "prompt": ("prompt", 422),
+    "files_for_run": ("files", 422),
+    "module_for_run": ("run_tools", 201),
+    "compaction_handoff": ("compaction_handoff", 201),
+}
+
+
+@pytest.mark.parametrize("hook", list(RETRYING_HOOKS))
+def test_a_retry_at_claim_is_503_with_the_run_released_until_the_retry_limit_then_a_stop(
+    install, ready, runtime, settings, hook
+):
+    settings.HOST_RETRY_LIMIT = 2
+    grant, after_stop = RETRYING_HOOKS[hook]
+    install(make_ext("alpha", grants={grant}, hooks={hook: retrying}))
+
+    for _ in range(2):
+        retried = claim(runtime)
+
+        assert retried.status_code == 503
+        assert retried["Retry-After"] == "7"
+        assert retried.json()["error"] == {
+            "category": "extensions",
+            "cause": "unavailable",
+            "message": "Extension alpha asked to retry: upstream down",
+        }
+        assert roster("alpha").status == ExtensionStatus.RUNNING
+        assert Submission.objects.get().status == "queued"  # released and re-queued
+        assert not Run.objects.filter(status="claimed").exists()
+
+    stopped = claim(runtime)
+
+    assert stopped.status_code == after_stop
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == f"{hook} defect: retried 2 times: upstream down"
+    if after_stop == 422:
+        assert claim(runtime).status_code == 201  # the runtime claims again without it
+
+
+def test_a_claim_hook_that_answers_again_starts_its_retry_count_afresh(
+    install, ready, runtime, settings, owner
+):
+    settings.HOST_RETRY_LIMIT = 2
+    answers: list[Any] = [Retry(1), Retry(1), [], Retry(1), Retry(1)]
+
+    def prompt(ctx: Any, run: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Retry):
+            raise answer
+        return answer
+
+    install(prompter("alpha", prompt))
+    codes = [claim(runtime).status_code for _ in range(2)]
+    answered = claim(runtime)
+    assert answered.status_code == 201
+    run_settle(run_id=answered.json()["id"], status="unanswered", reason="done")
+    submit("c1", owner, "again")
+
+    codes += [claim(runtime).status_code for _ in range(2)]
+
+    assert codes == [503, 503, 503, 503]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_granted_compaction_handoff_without_a_hook_stops_and_the_run_goes_on(
+    install, ready, runtime
+):
+    install(make_ext("alpha", grants={"compaction_handoff"}))
+
+    response = claim(runtime)
+
+    assert response.status_code == 201
+    assert response.json()["capture"]["compaction_handoff"] is None
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "compaction_handoff: granted capability has no handler"

@@ -11,6 +11,7 @@ from django.db import transaction
 from conversations.models import Entry, Role
 from conversations.services import Origin, run_settle, submission_admit
 from extensions_host.models import ExtensionStatus
+from extensions_host.services.roster import extension_admit_grants
 from extensions_host.surfaces.models import ToolCallResult
 from extensions_host.surfaces.services.participation import successful_tool_result
 
@@ -179,6 +180,20 @@ def test_arguments_that_do_not_match_the_schema_are_400_and_nothing_is_recorded(
     assert calls == []
 
 
+def test_arguments_are_checked_against_the_published_schema_types_without_coercion(
+    tooled, runtime, calls
+):
+    # the schema the runtime was given says `limit` is an integer: "10" is not one
+    response = call(runtime, tooled, arguments={"query": "tea", "limit": "10"})
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {
+        "arguments.limit": ["Input should be a valid integer"]
+    }
+    assert calls == []
+    assert not ToolCallResult.objects.exists()
+
+
 def test_an_unknown_tool_or_an_uncaptured_extension_is_400(tooled, runtime):
     assert call(runtime, tooled, tool="nope").status_code == 400
     assert call(runtime, tooled, extension="other").status_code == 400
@@ -252,3 +267,19 @@ def test_the_same_tool_call_id_sent_concurrently_runs_the_handler_once(tooled, c
         assert len(mine) == 5
         assert sum(created for _, created, _ in mine) == 1  # 1 creating, 4 idempotent
         assert len({pk for _, _, pk in mine}) == 1  # every reply names the same record
+
+
+def test_a_tool_call_after_the_run_tools_grant_was_withdrawn_records_ok_false_without_running(
+    tooled, runtime, calls
+):
+    extension_admit_grants(extension_id="finder", grants=[], actor="staff")
+
+    response = call(runtime, tooled)
+
+    assert response.status_code == 201
+    assert response.json()["ok"] is False
+    assert response.json()["reason"] == "Extension finder is unavailable"
+    assert calls == []  # the handler never ran
+    assert roster("finder").status == ExtensionStatus.RUNNING
+    record = ToolCallResult.objects.get(tool_call_id="tc1")
+    assert (record.ok, record.entry.content[0]["ok"]) == (False, False)

@@ -10,7 +10,8 @@ audit log (`ext:<id>`). Extensions are trusted in-process code: they may act for
 Inside the extension's own frame, writes join the frame's transaction (the non-durable service
 variants); outside (routes, slash commands, workers, jobs) they use the API's entry points.
 `watch` blocks, so it refuses to run inside a frame; inside a deadline-bounded call (a route, a
-slash command, a worker run) it ends `WATCH_DEADLINE_MARGIN_SECONDS` before that deadline.
+slash command, a worker run) it ends a margin before that deadline
+(`deadlines.seconds_left_nested`).
 """
 
 from __future__ import annotations
@@ -49,9 +50,6 @@ MSG_WATCH_IN_FRAME = "watch cannot run inside a transaction; call it from a work
 MSG_LIST_LIMIT = "List limit must be 1..1000"
 MSG_TIMEOUT = "watch timeout must be in (0, 300] seconds"
 WATCH_MAX_SECONDS = 300.0
-# `watch` inside a deadline-bounded call ends this long before the deadline, leaving the caller
-# time to answer (a route's response) instead of being cut off (and stopped) by the deadline
-WATCH_DEADLINE_MARGIN_SECONDS = 0.25
 LIST_MAX = 1000
 
 
@@ -237,10 +235,10 @@ class HostConversations(_Area):
     ) -> Iterator[dict[str, Any]]:
         """Yield the conversation view each time its version moves past the last one seen
         (starting after `since_version`), until `timeout_s` passes or, inside a
-        deadline-bounded call (route, slash command, worker run), until
-        `WATCH_DEADLINE_MARGIN_SECONDS` before the caller's deadline, whichever comes first; it
-        then ends normally. Polls every `HOST_WATCH_POLL_SECONDS`; never inside a frame (it
-        would hold a transaction open)."""
+        deadline-bounded call (route, slash command, worker run), until a margin before the
+        caller's deadline (leaving it time to answer instead of being cut off and stopped),
+        whichever comes first; it then ends normally. Polls every `HOST_WATCH_POLL_SECONDS`;
+        never inside a frame (it would hold a transaction open)."""
         self._require("host")
         if current_frame() is not None:
             raise StateError("unavailable", MSG_WATCH_IN_FRAME)
@@ -257,9 +255,10 @@ class HostConversations(_Area):
     def _watch(self, conversation_id: str, seen: int, timeout_s: float) -> Iterator[dict[str, Any]]:
         interval = settings.HOST_WATCH_POLL_SECONDS
         until = time.monotonic() + timeout_s
-        left = deadlines.seconds_left()  # the caller's deadline (a route's, a worker run's)
+        # until a margin before the caller's deadline (a route's, a worker run's)
+        left = deadlines.seconds_left_nested()
         if left is not None:
-            until = min(until, time.monotonic() + left - WATCH_DEADLINE_MARGIN_SECONDS)
+            until = min(until, time.monotonic() + left)
         while True:
             version = (
                 Conversation.objects.filter(pk=conversation_id)

@@ -1,11 +1,13 @@
 """Extension HTTP routes at `/v1/ext/<extension-id>/<path>` (spec 05, grant `routes`).
 
 Order of checks, every one before the handler runs: the route (unknown extension or path →
-404, unknown method → 405); its auth level (`public`; `user`: 401 anonymous, 403 a read-only
-token writing; `admin`: 401/403); the extension (stopped → 503 `extensions/unavailable`, the
-grant not admitted → 503); the body limit (413). The handler then runs outside any frame with
-the rules of `outside.run_outside`; its result becomes the response (a Django response as it
-is, JSON data → 200, None → 204, anything else is a defect).
+404, unknown method → 405); its auth level (`public`: anyone, and credentials that are not
+Hyphae's — a webhook's own bearer secret — are the handler's to read; `user`: 401 anonymous or
+with rejected credentials, 403 a read-only token writing; `admin`: 401/403); the extension
+(stopped → 503 `extensions/unavailable`, the grant not admitted → 503); the body limit (413).
+The handler then runs outside any frame with the rules of `outside.run_outside`; its result
+becomes the response (a Django response as it is, JSON data → 200, None → 204, anything else is
+a defect).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.http.response import HttpResponse
 
 from core.auth import Principal
 from core.errors import (
+    MSG_BAD_CREDENTIALS,
     MSG_FORBIDDEN,
     MSG_METHOD,
     MSG_NOT_FOUND,
@@ -63,9 +66,15 @@ def route_find(*, extension_id: str, path: str, method: str) -> tuple[LoadedExte
     raise HostError("contract", "invalid", MSG_METHOD, status=405, details={"allow": allowed})
 
 
-def route_authorize(*, route: Route, principal: Principal, method: str) -> None:
+def route_authorize(
+    *, route: Route, principal: Principal, method: str, credentials_rejected: bool = False
+) -> None:
+    """The route's auth level. `credentials_rejected`: the request carried credentials that
+    failed authentication (`principal` is then anonymous) — a 401 unless the route is public."""
     if route.auth == "public":
         return
+    if credentials_rejected:
+        raise HostError("auth", "unauthenticated", MSG_BAD_CREDENTIALS)
     if not principal.is_authenticated:
         raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED)
     if route.auth == "admin" and not principal.admin:
@@ -105,12 +114,20 @@ def as_response(result: Any) -> HttpResponseBase:
 
 
 def route_dispatch(
-    *, request: HttpRequest, principal: Principal, extension_id: str, path: str
+    *,
+    request: HttpRequest,
+    principal: Principal,
+    extension_id: str,
+    path: str,
+    credentials_rejected: bool = False,
 ) -> HttpResponseBase:
-    """Answer one request to an extension route (see the module docstring)."""
+    """Answer one request to an extension route (see the module docstring). `principal` is
+    anonymous when the request's credentials failed authentication (`credentials_rejected`)."""
     method = (request.method or "").upper()
     loaded, route = route_find(extension_id=extension_id, path=path, method=method)
-    route_authorize(route=route, principal=principal, method=method)
+    route_authorize(
+        route=route, principal=principal, method=method, credentials_rejected=credentials_rejected
+    )
     _, row = extension_available(extension_id=extension_id, grant="routes")
     _body_check(request, route.body_limit)
     caller = Caller(

@@ -53,8 +53,20 @@ def _eligible() -> list[tuple[str, SlashCommand]]:
     ]
 
 
+_CORE_ORDER = {name: index for index, name in enumerate(CORE_DESCRIPTIONS)}
+
+
+def command_position(row: dict[str, Any]) -> str:
+    """Where a row of `slash_commands_list` sorts, as unique text (also the list's cursor
+    position): core commands first, in their own order, then extension commands by name (unique
+    across extensions: checked when they load)."""
+    if row["source"] == "core":
+        return f"0 {_CORE_ORDER[row['name']]:03d}"
+    return f"1 {row['name']}"
+
+
 def slash_commands_list() -> list[dict[str, Any]]:
-    """Core commands first, then every available extension command, by name."""
+    """Core commands first, then every available extension command (`command_position`)."""
     core = [
         {"name": name, "description": text, "args_hint": hint, "source": "core"}
         for name, (text, hint) in CORE_DESCRIPTIONS.items()
@@ -66,9 +78,9 @@ def slash_commands_list() -> list[dict[str, Any]]:
             "args_hint": command.args_hint,
             "source": extension_id,
         }
-        for extension_id, command in sorted(_eligible(), key=lambda item: item[1].name)
+        for extension_id, command in _eligible()
     ]
-    return core + contributed
+    return sorted(core + contributed, key=command_position)
 
 
 def slash_command_run(

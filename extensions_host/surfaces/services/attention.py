@@ -43,6 +43,11 @@ def attention_set(*, frame: Frame, conversation_id: str, item: Any) -> None:
     Every bound is checked before anything is written: the schema (unknown fields are errors),
     storable text, the conversation existing, and at most `max_attention` (1,024) outstanding
     items per extension across all conversations (a replacement does not count twice).
+
+    The count is the committed items plus the frame's own: frames of one extension running at
+    the same time may together go past the bound by what each of them sets — the bounded
+    overshoot of every quota (spec 02 §7; `services/quotas.py`), never a lock serialising the
+    extension's frames.
     """
     spec = _item(item)
     if not conversation_exists(conversation_id):

@@ -9,8 +9,13 @@ files prompt compaction_handoff` or contributing skills), in roster order, it co
   release transaction also stops the extension (stop, release and re-queue in one transaction);
 - tool modules (`run_tools`): declared tools with JSON schemas; a failure drops the module;
 - files (`files`): the first captured extension; a failure rejects the claim;
-- compaction handoff: the first captured extension with the grant and the hook;
+- compaction handoff: the first captured extension with the grant (a missing hook stops it);
 - skills: the skill directories contributed by the captured extensions.
+
+A `Retry` from any of these hooks fails the claim with 503 and `Retry-After` (the run released,
+its inputs re-queued). Retries are counted per (extension, hook, conversation) in the cache
+(`runtime.crashes`) and bounded like every `Retry` (`HOST_RETRY_LIMIT`): past the bound the
+hook's frame counts it as a defect and stops the extension.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from extensions_host.runtime import (
     missing_handler_reason,
     run_frame,
 )
+from extensions_host.runtime.crashes import retries_asked, retry_noted
 from extensions_host.runtime.hooks import encode_json
+from extensions_host.services.errors import retry_error
 from extensions_host.surfaces.models import ToolCallResult
 from extensions_host.surfaces.types import FileRef, RunInfo, ToolModule
 
@@ -51,7 +58,6 @@ FILES_MAX = 256
 MSG_PROMPT_INVALID = "Extension prompt is invalid"
 MSG_PROMPT_FAILED = "Extension prompt failed"
 MSG_PROMPT_UNAVAILABLE = "Extension prompt is unavailable"
-MSG_PROMPT_RETRY = "Extension prompt asked to retry"
 MSG_FILES_FAILED = "Extension Files capture failed"
 MSG_FILES_UNAVAILABLE = "Extension Files are unavailable"
 MSG_MODULE_INVALID = "Extension tool module is invalid"
@@ -144,7 +150,11 @@ def _read_hook(
     info: RunInfo,
     validate: Callable[[Any], Any] | None = None,
 ) -> FrameOutcome:
-    return run_frame(
+    """Run a claim-time hook read-only; a `Retry` fails the claim with 503 (see the module
+    docstring)."""
+    counted = {"extension_id": participant.id, "hook": hook, "item": info.conversation_id}
+    attempt = retries_asked(**counted)
+    outcome = run_frame(
         extension_id=participant.id,
         hook=hook,
         call=lambda ctx: fn(ctx, info),
@@ -152,7 +162,20 @@ def _read_hook(
         failures="stop",
         boundary="request",
         validate=validate,
+        retry_attempt=attempt,
     )
+    retried = outcome.status == "retry"
+    if retried or attempt:
+        retry_noted(**counted, retried=retried)
+    if retried:
+        raise CaptureRejected(
+            retry_error(
+                extension_id=participant.id,
+                after_seconds=outcome.retry_after,
+                reason=outcome.reason,
+            )
+        )
+    return outcome
 
 
 def _stop_later(participant: Participant, hook: str, reason: str) -> Callable[[], None]:
@@ -191,15 +214,6 @@ def _prompt_sections(captured: list[Participant], info: RunInfo) -> list[dict[st
         outcome = _read_hook(participant, "prompt", fn, info)
         if outcome.status == "stopped":
             raise CaptureRejected(HostError("extensions", "rejected", MSG_PROMPT_FAILED))
-        if outcome.status == "retry":
-            raise CaptureRejected(
-                HostError(
-                    "extensions",
-                    "unavailable",
-                    MSG_PROMPT_RETRY,
-                    retry_after=max(1, int(outcome.retry_after or 1)),
-                )
-            )
         if not outcome.ok:
             continue  # stopped or updated meanwhile: it no longer takes part
         values, problem = prompt_sections_check(outcome.value)
@@ -339,7 +353,7 @@ def _files(captured: list[Participant], info: RunInfo) -> list[dict[str, Any]]:
             ),
         )
     outcome = _read_hook(participant, "files_for_run", fn, info, validate=_files_of)
-    if outcome.status in ("stopped", "retry"):
+    if outcome.status == "stopped":
         raise CaptureRejected(HostError("extensions", "rejected", MSG_FILES_FAILED))
     return outcome.value if outcome.ok else []
 
@@ -362,6 +376,14 @@ def _compaction_handoff(captured: list[Participant], info: RunInfo) -> dict[str,
         return None
     fn = participant.loaded.definition.hooks.single.get("compaction_handoff")
     if fn is None:
+        # granted without a handler: stopped the first time it is needed (spec 02); the run
+        # goes on without a handoff
+        extension_stop(
+            extension_id=participant.id,
+            hook="compaction_handoff",
+            reason=missing_handler_reason("compaction_handoff"),
+            revision=participant.loaded.revision,
+        )
         return None
     outcome = _read_hook(
         participant,

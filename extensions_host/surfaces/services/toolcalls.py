@@ -4,7 +4,9 @@ The handler runs in a frame; its result is recorded (a `ToolCallResult` row and 
 transcript entry) in the same transaction. Idempotent on `tool_call_id` within the run: the
 same arguments return the recorded result without running again, different ones are a 409.
 A defect stops the extension and records `ok: false` with the bounded reason, so the run goes
-on.
+on; so does a call of an extension that is no longer available for `run_tools` (stopped, or the
+grant withdrawn since the claim: checked in the frame, under its roster row lock), without
+running the handler.
 
 Concurrency: the frame inserts the result row *before* the handler runs (`prepare`). A
 concurrent call with the same id blocks on that row's unique index until the first commits,
@@ -19,15 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from conversations.models import Entry, Role, Run, RunStatus
 from conversations.services import conversation_lock
 from core.errors import HostError
+from core.validation import model_from_json
 from extensions_host import registry
 from extensions_host.runtime import FrameOutcome, InvalidResult, run_frame
 from extensions_host.runtime.hooks import encode_json
 from extensions_host.services.errors import retry_error
+from extensions_host.services.roster import eligible_ids
 from extensions_host.surfaces.models import ToolCallResult
 from extensions_host.surfaces.services.common import (
     conversations_touch,
@@ -47,6 +51,10 @@ MSG_RESULT_TOO_LARGE = "Extension tool result is too large"
 MSG_UPDATING = "Extension is updating to a new revision"
 RESULT_MAX_BYTES = 512 * 1024
 ARGUMENTS_MAX_BYTES = 256 * 1024
+
+
+class _NotGranted(Exception):
+    """The extension's `run_tools` grant was withdrawn since the claim."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ def tool_call_execute(
         # captured, but this process no longer has that code: the call cannot run here
         return _record_failure(
             run, tool_call_id, extension_id, tool, arguments, fingerprint,
-            reason=f"Extension {extension_id} is unavailable",
+            reason=_unavailable(extension_id),
         )  # fmt: skip
     data = _arguments(spec.input, arguments)
     info = run_info(run)
@@ -119,6 +127,10 @@ def tool_call_execute(
             return False  # recorded meanwhile: answer with that record
         if not Run.objects.filter(pk=run.pk, status=RunStatus.CLAIMED).exists():
             raise HostError("contract", "conflict", MSG_RUN_NOT_CLAIMED)
+        # the frame checked running and revision; the grant is the roster's one rule too, read
+        # under the frame's lock on the row (a withdrawal waits for it)
+        if not eligible_ids("run_tools", ids=[extension_id]):
+            raise _NotGranted
         # claim the id before the handler runs (see the module docstring)
         ToolCallResult.objects.create(
             **key,
@@ -148,6 +160,11 @@ def tool_call_execute(
     except IntegrityError:
         # a concurrent call with the same id committed first
         return _replay(ToolCallResult.objects.get(**key), fingerprint)
+    except _NotGranted:
+        return _record_failure(
+            run, tool_call_id, extension_id, tool, arguments, fingerprint,
+            reason=_unavailable(extension_id),
+        )  # fmt: skip
     return _after(outcome, run, tool_call_id, extension_id, tool, arguments, fingerprint)
 
 
@@ -176,8 +193,12 @@ def _after(
     elif outcome.skip == "stopped":
         reason = f"Extension {extension_id} is stopped: {outcome.reason}"
     else:
-        reason = f"Extension {extension_id} is unavailable"
+        reason = _unavailable(extension_id)
     return _record_failure(run, tool_call_id, extension_id, tool, arguments, fingerprint, reason)
+
+
+def _unavailable(extension_id: str) -> str:
+    return f"Extension {extension_id} is unavailable"
 
 
 def _offered(run: Run, extension_id: str, tool: str) -> bool:
@@ -189,14 +210,9 @@ def _offered(run: Run, extension_id: str, tool: str) -> bool:
 
 
 def _arguments(model: type[BaseModel], arguments: dict[str, Any]) -> BaseModel:
-    try:
-        return model.model_validate(arguments, extra="forbid")
-    except ValidationError as exc:
-        details: dict[str, list[str]] = {}
-        for error in exc.errors(include_url=False):
-            field = ".".join(str(part) for part in error["loc"]) or "arguments"
-            details.setdefault(f"arguments.{field}", []).append(error["msg"])
-        raise HostError("contract", "invalid", MSG_ARGUMENTS_INVALID, details=details) from exc
+    return model_from_json(
+        model, arguments, message=MSG_ARGUMENTS_INVALID, field_prefix="arguments.", root="arguments"
+    )
 
 
 def _result(value: Any) -> Any:
