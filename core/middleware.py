@@ -161,18 +161,26 @@ def _query_text(raw: bytes) -> tuple[str, str | None]:
     return text, text_problem(text)
 
 
+# where extension routes are served (`/v1/ext/<extension>/<path>`)
+EXTENSION_ROUTES = "/v1/ext/"
+
+
 class QueryStringMiddleware:
     """400 for a query string with a NUL character or invalid UTF-8 in a name or value, before
     any view (or Django's admin filters) puts it into a query.
 
     API paths answer the error model (`contract/invalid`, the parameter in `details`: the body
-    the API's own query validation gives); other paths Django's plain 400 page.
+    the API's own query validation gives); other paths Django's plain 400 page. Extension
+    routes (`/v1/ext/…`) are left to their handlers: they get the request as it came (a
+    webhook's query may well be Latin-1), and the host puts none of it into a query.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith(EXTENSION_ROUTES):
+            return self.get_response(request)
         problems = query_problems(request)
         if not problems:
             return self.get_response(request)

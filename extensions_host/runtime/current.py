@@ -62,6 +62,9 @@ class Frame:
     quotas: dict[str, int]
     deadline_s: float
     page: FramePage | None = None
+    # the deadline is an enclosing call's (a route's or worker run's `ctx.transact`, cut to its
+    # time left): running into it is that call's overrun, not this frame's (no stop here)
+    enclosed: bool = False
     started: float = field(default_factory=time.monotonic)
     # the thread running the hook: its database connection holds the frame's transaction, so a
     # write from any other thread (a copied context, `asyncio.to_thread`) would escape it

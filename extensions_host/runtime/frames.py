@@ -73,6 +73,7 @@ from extensions_host.runtime.current import (
     Frame,
     FrameDefect,
     FrameMode,
+    HookDeadline,
     HostTransient,
     InvalidResult,
     TransientDatabaseError,
@@ -254,7 +255,10 @@ def run_page(
 
 @dataclass(frozen=True)
 class _Failure:
-    kind: Literal["stop", "typed", "retry", "transient"]
+    # "enclosing": the deadline of the call the frame runs in (a route, a worker run) ran out:
+    # rolled back, no stop here; `HookDeadline` goes on to that call, whose rule applies (a
+    # route's overrun stops the extension, a worker run's is a failed run, spec 03)
+    kind: Literal["stop", "typed", "retry", "transient", "enclosing"]
     hook: str
     reason: str = ""
     cause: BaseException | None = None
@@ -376,6 +380,8 @@ def _attempt(
             ):
                 raise _Rollback(_Failure("stop", hook, crashed_reason(hook)))
             own = hook_deadline(row, loaded, deadline_s, boundary=boundary)
+            nested = deadlines.seconds_left_nested()
+            enclosed = nested is not None and own >= nested
             if page is not None and page.whole_deadlines and page.remaining() < own:
                 return FrameOutcome(status="skipped", skip="page", hook=hook)
             own_limits = own < provisional or (page is None and own != provisional)
@@ -397,6 +403,7 @@ def _attempt(
                 quotas=quotas_parsed(row.quotas),
                 deadline_s=limit,
                 page=page,
+                enclosed=enclosed,
                 observed=set(observe),
                 usage_base=row.usage if page is None else None,
             )
@@ -416,7 +423,7 @@ def _attempt(
                 finish(result)
             if deadlines.seconds_left() == 0:
                 # the enclosing call's deadline passed meanwhile (its alarm is held): too late
-                raise _Rollback(_Failure("stop", hook, deadline_reason(hook)))
+                raise _Rollback(_Failure("enclosing", hook, deadline_reason(hook)))
             if page is not None and own_limits:
                 deadlines.database_limits(page.db_limit_s)
             return _reported(
@@ -467,6 +474,8 @@ def _after_rollback(
             reason=failure.reason,
             elapsed_s=elapsed,
         )
+    if failure.kind == "enclosing":
+        raise HookDeadline(failure.reason) from failure.cause
     if failure.kind == "retry":
         return FrameOutcome(
             status="retry",
@@ -668,8 +677,15 @@ def _invoke(
             poisoned = StateError("unavailable", "Extension state is unavailable")
         return None, _classify(frame, poisoned, "stop", retry_attempt)
     if frame.elapsed() > frame.deadline_s:
-        return None, _Failure("stop", frame.hook, deadline_reason(frame.hook))
+        return None, _deadline_failure(frame)
     return result, None
+
+
+def _deadline_failure(frame: Frame, cause: BaseException | None = None) -> _Failure:
+    """The frame ran out of time: its own deadline stops the extension; an enclosing call's
+    (`Frame.enclosed`) is that call's to judge."""
+    kind = "enclosing" if frame.enclosed else "stop"
+    return _Failure(kind, frame.hook, deadline_reason(frame.hook), cause=cause)
 
 
 def _classify(frame: Frame, exc: BaseException, failures: Failures, retry_attempt: int) -> _Failure:
@@ -682,13 +698,13 @@ def _classify(frame: Frame, exc: BaseException, failures: Failures, retry_attemp
     if frame.defect is not None:
         return _Failure("stop", hook, f"{hook} defect: {frame.defect}", cause=exc)
     if deadlines.past_deadline(exc) or is_statement_timeout(exc):
-        return _Failure("stop", hook, deadline_reason(hook), cause=exc)
+        return _deadline_failure(frame, exc)
     # host trouble (a lock timeout, a deadlock, …) is retried, never a stop, even when it took
     # the hook past its deadline (spec 02 §1): checked before the elapsed time
     if isinstance(exc, HostTransient) or is_transient(exc):
         return _Failure("transient", hook, exception_message(exc), cause=exc)
     if frame.elapsed() > frame.deadline_s:
-        return _Failure("stop", hook, deadline_reason(hook), cause=exc)
+        return _deadline_failure(frame, exc)
     if isinstance(exc, FrameDefect | InvalidResult):
         return _Failure("stop", hook, f"{hook} defect: {exception_message(exc)}", cause=exc)
     if isinstance(exc, ExtensionStop):

@@ -132,6 +132,32 @@ def test_a_run_over_its_deadline_fails(install, sent):
     assert state.last_error == "worker tidy exceeded its deadline"
 
 
+def test_a_run_that_runs_out_of_its_time_inside_transact_fails_and_rolls_back_not_a_stop(
+    install, sent
+):
+    """The transact's deadline is cut to the run's time left (less a margin): running into it
+    is the run's overrun, a failed run (spec 03), never the extension's stop."""
+
+    def body(tx):
+        tx.collection("effect").put(Effect(key="late"))
+        time.sleep(2)  # interrupted at the transact's deadline (SIGALRM on this main thread)
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        ctx.transact(body)
+
+    install(with_worker(run, deadline_s=0.3))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    started = time.monotonic()
+
+    assert worker_run(extension_id="alpha", name="tidy") == "failed"
+
+    assert time.monotonic() - started < 1.5
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.last_error == "worker tidy exceeded its deadline"
+    assert effects("alpha") == {}
+
+
 def test_a_defect_inside_transact_stops_the_extension_as_in_any_frame(install, sent):
     def run(ctx: Any, wake: WorkerWake) -> None:
         ctx.transact(lambda tx: 1 / 0)
