@@ -67,7 +67,7 @@ class Pagination(CursorPagination):
     _query: dict[str, Any] | None = None
 
     def query(
-        self, request: Request, serializer_class: type[ListQuerySerializer] = ListQuerySerializer
+        self, request: Request, serializer_class: type[serializers.Serializer] = ListQuerySerializer
     ) -> dict[str, Any]:
         """The list's query parameters, checked (a 400 names each bad one): `cursor`, `limit`
         and the fields `serializer_class` adds."""

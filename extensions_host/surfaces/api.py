@@ -124,13 +124,10 @@ class ConversationInteractionListApi(APIView):
         # an anonymous caller who finds nothing gets 401, not 404: the exception handler's rule
         conversation_get(principal=principal_of(request), conversation_id=conversation_id)
         # the query is checked only once the caller may read (spec 01: 401/404 come first)
-        query = self.QuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        rows = interactions_of(
-            conversation_id=conversation_id, status=query.validated_data.get("status")
-        )
         paginator = InteractionPagination()
-        page = paginator.paginate_queryset(rows, request, view=self) or []
+        query = paginator.query(request, self.QuerySerializer)
+        rows = interactions_of(conversation_id=conversation_id, status=query.get("status"))
+        page = paginator.paginate(request, rows, view=self)
         return paginator.get_paginated_response(
             InteractionSerializer([interaction_wire(row) for row in page], many=True).data
         )
