@@ -283,7 +283,10 @@ SPECTACULAR_SETTINGS = {
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+CELERY_BROKER_TRANSPORT = None  # the URL's scheme names it
 if CELERY_BROKER_URL.startswith("filesystem"):
+    # kombu's transport, with each message written whole before it appears (core/broker.py)
+    CELERY_BROKER_TRANSPORT = "core.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
