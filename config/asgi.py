@@ -17,7 +17,20 @@ application = AsgiBodyLimit(django_application)
 from config.startup import process_start  # noqa: E402
 
 # uvicorn imports this module inside its running event loop, where Django refuses synchronous
-# database work: the start-up sync runs on a plain thread instead.
-_start = threading.Thread(target=process_start, name="hyphae-startup")
+# database work: the start-up sync runs on a plain thread instead, and what it raises is raised
+# here (a thread would only print it), so uvicorn refuses to start exactly when gunicorn does.
+_failure: list[BaseException] = []
+
+
+def _start_in_thread() -> None:
+    try:
+        process_start()
+    except BaseException as exc:
+        _failure.append(exc)
+
+
+_start = threading.Thread(target=_start_in_thread, name="hyphae-startup")
 _start.start()
 _start.join()
+if _failure:
+    raise _failure[0]

@@ -1,7 +1,9 @@
 """The Celery app and the one beat schedule.
 
 Every periodic sweep is declared here, with a comment per entry. Sweeps are idempotent, bounded
-per call and re-enqueue themselves while work remains, so a second beat is harmless.
+per call and re-enqueue themselves while work remains, so a second beat is harmless. Beat's own
+liveness mark for /readyz is no task: beat's scheduler writes it (core/beat.py, selected by
+CELERY_BEAT_SCHEDULER), so it says beat is alive whether or not a worker runs.
 """
 
 from __future__ import annotations
@@ -11,8 +13,13 @@ import os
 from celery import Celery
 from celery.signals import worker_init
 from django.conf import settings
+from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+
+# `filesystem://` (the embedded broker) is kombu's transport with whole-message writes, in every
+# process that loads this app, whichever settings module it runs
+TRANSPORT_ALIASES["filesystem"] = "core.broker:Transport"
 
 app = Celery("hyphae")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -23,7 +30,12 @@ app.autodiscover_tasks()
 def _sync_roster_at_worker_start(**kwargs: object) -> None:
     from config.startup import process_start
 
-    process_start()
+    try:
+        process_start()
+    except Exception as exc:
+        # Celery logs and ignores what a signal handler raises: the worker would start without
+        # its extensions. Refuse to start, as gunicorn and uvicorn do (config/startup.py).
+        raise SystemExit(f"worker start failed: {type(exc).__name__}: {exc}") from exc
 
 
 @app.on_after_configure.connect
@@ -41,8 +53,6 @@ def beat_schedule(*, tick: float) -> dict[str, dict]:
     stale sweeps ahead of the kicks that matter."""
     fast = {"expires": max(30.0, 10 * tick)}
     schedule = {
-        # Liveness of beat itself: /readyz reports not ready when this stops ticking.
-        "beat-heartbeat": {"task": "core.tasks.beat_heartbeat", "schedule": 10.0},
         # The built-in echo runtime claims and answers runnable conversations (AGENT_RUNTIME=echo).
         "echo-runtime": {
             "task": "conversations.tasks.echo_sweep",

@@ -1,4 +1,10 @@
-"""What every web and worker process does once at start (never from AppConfig.ready)."""
+"""What every web and worker process does once at start (never from AppConfig.ready).
+
+One rule for gunicorn (config/wsgi.py), uvicorn (config/asgi.py) and the Celery worker
+(config/celery.py): a process starts while the database is down or not migrated yet (the sync
+is skipped with a warning and the API answers 503 until the database is back), and refuses to
+start on anything else, such as an extension that cannot be loaded.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,9 @@ from django.conf import settings
 
 
 def process_start() -> None:
-    """Sync the roster with the extensions this process loaded (spec 02 §2). Tolerates a
-    database without tables (before `migrate`); serialised cluster-wide by the roster lock."""
+    """Sync the roster with the extensions this process loaded (spec 02 §2); the database's
+    trouble is tolerated (`roster_sync_at_start`), every other error raises. Serialised
+    cluster-wide by the roster lock."""
     if not settings.HOST_SYNC_AT_START:
         return
     from django.db import connections

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from core import api as core_api
 from extensions_host.contributions import urls as contributions_urls
@@ -16,7 +16,7 @@ urlpatterns = [
     path("healthz", core_api.HealthzApi.as_view(), name="healthz"),
     path("readyz", core_api.ReadyzApi.as_view(), name="readyz"),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
-    path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("v1/docs", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("v1/auth/tokens", core_api.TokenListCreateApi.as_view(), name="tokens"),
     path("v1/auth/tokens/<int:token_id>", core_api.TokenRevokeApi.as_view(), name="token-revoke"),
     path("v1/", include("conversations.urls")),

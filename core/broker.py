@@ -6,7 +6,7 @@ read an empty file, and the worker stops on the `JSONDecodeError` ("Unrecoverabl
 message is written under a name no consumer looks at and renamed into place (`os.replace` is
 atomic within one folder), so a consumer sees either nothing or the whole message.
 
-Settings select it for `filesystem://` with `CELERY_BROKER_TRANSPORT`.
+`config/celery.py` makes it what `filesystem://` names (kombu's transport aliases).
 """
 
 from __future__ import annotations

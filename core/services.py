@@ -124,6 +124,8 @@ def audit_record(*, actor: str, action: str, target: str = "", detail: dict | No
 
 
 def beat_tick() -> None:
+    """Mark beat alive now (host clock): written by the beat process's scheduler itself
+    (core/beat.py), every BEAT_MARK_SECONDS; read by /readyz."""
     cache.set(BEAT_KEY, clock.now_ms(), timeout=None)
 
 
@@ -149,8 +151,9 @@ class Readiness:
 
 
 def readiness_check() -> Readiness:
-    """The database answers, the broker and the cache accept a connection, and beat ticked
-    within BEAT_STALE_SECONDS. A failing dependency is a failed check, never an exception."""
+    """The database answers, the broker and the cache accept a connection, and beat (the beat
+    process, not a worker) marked itself alive within BEAT_STALE_SECONDS. A failing dependency
+    is a failed check, never an exception."""
     checks = {"database": _database_ok(), "broker": _broker_ok()}
     try:
         age = beat_age_seconds()

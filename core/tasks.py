@@ -8,12 +8,6 @@ from django.db import transaction
 from core import services
 
 
-@shared_task(acks_late=True, ignore_result=True, soft_time_limit=10, time_limit=20)
-def beat_heartbeat() -> None:
-    """Beat's liveness mark, read by /readyz."""
-    services.beat_tick()
-
-
 @shared_task(acks_late=True, ignore_result=True, soft_time_limit=60, time_limit=90)
 def prune() -> None:
     """Hourly housekeeping: stored idempotency results older than 24 hours, one page per call;

@@ -91,9 +91,10 @@ def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
 
 
 def dashboard_read() -> dict[str, Any]:
-    """The figures that matter at a glance: stopped extensions with their reasons, settled lag
-    per consumer, the timer backlog and its oldest due timer, failed jobs and notifier failures
-    in the last day, the lifecycle backlog, live runs and queued prompts, recent audit."""
+    """The figures that matter at a glance: stopped extensions with their reasons, extensions
+    waiting for staff to admit their grants, settled lag per consumer, the timer backlog and
+    its oldest due timer, failed jobs and notifier failures in the last day, the lifecycle
+    backlog, live runs and queued prompts, recent audit."""
     now = clock.now_ms()
     since = now - DAY_MS
     by_status = dict(
@@ -104,6 +105,7 @@ def dashboard_read() -> dict[str, Any]:
             :ROWS
         ]
     )
+    waiting = _waiting_for_grants()
     # settled lag, the timer backlog and the outbox: the figures `GET /v1/meta` and /metrics
     # give, from the one place that computes them (a fixed number of queries)
     backlog = backlog_figures()
@@ -124,6 +126,8 @@ def dashboard_read() -> dict[str, Any]:
         "stopped_count": by_status.get(ExtensionStatus.STOPPED, 0),
         "uninstalled": by_status.get(ExtensionStatus.UNINSTALLED, 0),
         "stopped": stopped,
+        "waiting": waiting[:ROWS],
+        "waiting_count": len(waiting),
         "core_cursor": settled["core_cursor"],
         "consumers": consumers,
         "max_lag": settled["max_lag"],
@@ -149,6 +153,26 @@ def dashboard_read() -> dict[str, Any]:
         "queued": Submission.objects.filter(status=SubmissionStatus.QUEUED).count(),
         "audit": list(AuditEntry.objects.order_by("-at", "-id")[:10]),
     }
+
+
+def _waiting_for_grants() -> list[dict[str, Any]]:
+    """Installed extensions with requested grants staff have not admitted (spec 02 §2), by id:
+    with HOST_AUTO_ADMIT=false (production) every newly installed extension waits here, its
+    gated hooks, commands and host API calls refused until staff admit them. Admitting a subset
+    on purpose keeps an extension listed: it still requests the rest.
+
+    The roster has one row per extension ever installed (a few dozen at most), and which
+    grants are pending is a difference of two JSON lists: compared here, not in SQL."""
+    rows = (
+        RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED)
+        .only("id", "status", "requested_grants", "admitted_grants")
+        .order_by("id")
+    )
+    return [
+        {"id": row.id, "status": row.status, "pending": row.pending_grants}
+        for row in rows
+        if row.pending_grants
+    ]
 
 
 def _failed_job_runs(since: int) -> tuple[int, list[dict[str, Any]]]:

@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "corsheaders",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served from here (no CDN)
     "core",
     "conversations",
     "extensions_host",
@@ -239,7 +240,12 @@ IDLE_AFTER_SECONDS = env_int("IDLE_AFTER_SECONDS", 900, minimum=1)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 300, minimum=1)
 # Unset: keep archived conversations forever. 0 would make the daily sweep delete every one.
 RETENTION_DAYS = env_int("RETENTION_DAYS", None, minimum=1)
-BEAT_STALE_SECONDS = env_int("BEAT_STALE_SECONDS", 60, minimum=1)
+# Beat itself writes its liveness mark every BEAT_MARK_SECONDS (core/beat.py), whatever
+# CELERY_BEAT_INTERVAL_SECONDS is; /readyz fails once the mark is older than BEAT_STALE_SECONDS.
+# Below three marks' interval, one slow tick (or a little clock skew between machines) would
+# make every web process flap between ready and not ready: such a value is refused.
+BEAT_MARK_SECONDS = 5
+BEAT_STALE_SECONDS = env_int("BEAT_STALE_SECONDS", 60, minimum=3 * BEAT_MARK_SECONDS)
 
 CORS_ALLOWED_ORIGINS = HOST_CORS_ORIGINS
 CORS_ALLOW_CREDENTIALS = False
@@ -272,6 +278,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/v1",
+    # /v1/docs: Swagger UI from our own static files, its script a separate request (no inline
+    # script), so the docs work offline and under the same Content-Security-Policy as every page
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
 # --- Celery ------------------------------------------------------------------------------------
@@ -283,10 +293,7 @@ SPECTACULAR_SETTINGS = {
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
-CELERY_BROKER_TRANSPORT = None  # the URL's scheme names it
 if CELERY_BROKER_URL.startswith("filesystem"):
-    # kombu's transport, with each message written whole before it appears (core/broker.py)
-    CELERY_BROKER_TRANSPORT = "core.broker:Transport"
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
@@ -322,6 +329,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 # The tick of the fast sweeps in config/celery.py's beat schedule (which reads it from here).
 CELERY_BEAT_INTERVAL_SECONDS = env_float("CELERY_BEAT_INTERVAL_SECONDS", 1.0, maximum=3600)
+# Beat's scheduler writes beat's liveness mark for /readyz (core/beat.py), and keeps its
+# schedule file in HOST_VAR_DIR rather than the working directory (`--schedule` still wins).
+CELERY_BEAT_SCHEDULER = "core.beat:HostScheduler"
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- Logging -----------------------------------------------------------------------------------
 
@@ -441,7 +452,8 @@ HOST_JOB_MISFIRE_GRACE_SECONDS = env_int("HOST_JOB_MISFIRE_GRACE_SECONDS", 60, m
 # --- Extension contributions: stores, notifiers, providers, web UI, metrics, CSP (spec 05) ------
 # Secrets are encrypted with a key derived from HOST_SECRET_KEY (default: SECRET_KEY). To rotate,
 # set the new HOST_SECRET_KEY, list the previous value(s) in HOST_SECRET_KEYS_OLD (they still
-# decrypt), then run `manage.py secrets_reencrypt` and drop the old values.
+# decrypt) and restart every process, then run `manage.py secrets_reencrypt`, drop the old
+# values and restart again (docs/operating.md).
 HOST_SECRET_KEY = env.str("HOST_SECRET_KEY", default="")
 HOST_SECRET_KEYS_OLD = [k for k in env.list("HOST_SECRET_KEYS_OLD", default=[]) if k]
 # The default model for the agent runtime; unset: the last provider proposing one wins.
@@ -472,11 +484,10 @@ except ValueError as exc:
 # Request durations for /metrics; a strict Content-Security-Policy (django-csp) on every
 # response, since pages render model- and extension-produced content: scripts only from this
 # origin (never inline), nothing framed, no plugins. Inline style attributes stay allowed (the
-# admin uses them; styles cannot run code). The Swagger UI at /v1/docs loads from a CDN.
+# admin uses them; styles cannot run code). The Swagger UI at /v1/docs is served from here too.
 MIDDLEWARE.append("extensions_host.contributions.metrics.MetricsMiddleware")
 MIDDLEWARE.append("csp.middleware.CSPMiddleware")
 CONTENT_SECURITY_POLICY = {
-    "EXCLUDE_URL_PREFIXES": ["/v1/docs"],
     "DIRECTIVES": {
         "default-src": ["'self'"],
         "script-src": ["'self'"],

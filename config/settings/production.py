@@ -1,7 +1,8 @@
 """Production settings: no insecure defaults, strict transport security, JSON logs.
 
-Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL, CACHE_URL (Redis),
-ALLOWED_HOSTS, from the environment or the project's `.env` (the environment wins).
+Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL (Redis or RabbitMQ),
+CACHE_URL (Redis), ALLOWED_HOSTS, from the environment or the project's `.env` (the environment
+wins).
 `manage.py check --deploy` is clean with these settings and SILENCED_SYSTEM_CHECKS empty.
 """
 
@@ -18,6 +19,19 @@ from config.settings.environment import env
 for _name in ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "ALLOWED_HOSTS"):
     if not env.str(_name, default=""):
         raise ImproperlyConfigured(f"{_name} must be set in production")
+# Redis or RabbitMQ (kombu's names for them; `;` separates failover URLs): the embedded
+# filesystem broker and the in-memory one cannot serve several machines or redeliver the task
+# of a worker that died, and a typo would otherwise fall back to kombu's default transport.
+_BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
+for _url in env.str("CELERY_BROKER_URL").split(";"):
+    _scheme, _sep, _ = _url.strip().partition("://")
+    if not _sep or _scheme.lower() not in _BROKER_SCHEMES:
+        # the scheme only: the rest of a broker URL may hold a password
+        _got = f"{_scheme}://" if _sep else "a value without <scheme>://"
+        raise ImproperlyConfigured(
+            "CELERY_BROKER_URL must point at Redis or RabbitMQ in production "
+            f"({', '.join(f'{s}://' for s in _BROKER_SCHEMES)}), got {_got}"
+        )
 # Production defaults: only where neither the environment nor `.env` sets the variable.
 os.environ.setdefault("HOST_AUTO_ADMIT", "false")
 os.environ.setdefault("AGENT_RUNTIME", "external")

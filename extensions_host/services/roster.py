@@ -144,12 +144,27 @@ def roster_sync(*, extensions: dict[str, LoadedExtension] | None = None) -> Sync
 
 
 def roster_sync_at_start() -> SyncReport | None:
-    """The per-process startup sync (web and worker processes): tolerates a database whose
-    tables do not exist yet (before `migrate`); load errors of the installed set still raise."""
+    """The per-process startup sync (gunicorn, uvicorn and Celery worker processes alike).
+
+    A process starts whatever state the database is in: without tables (before `migrate`) or
+    unreachable (an outage; `with_transient_retries` has given up, `store/unavailable`), the
+    sync is skipped with a warning naming the database, and the process serves 503s until it
+    is back. Nothing re-runs the skipped sync in this process: the roster is brought in line
+    by the deploy's `manage.py sync_roster` and by every later process start (until then this
+    process runs the hooks of the extensions whose revision the roster already has, spec 02
+    §2 mixed versions). Load errors of the installed set, and any other error, still raise."""
     try:
         return roster_sync()
-    except (ProgrammingError, OperationalError) as exc:
-        logger.warning("roster sync skipped at start: %s", exc)
+    except (ProgrammingError, OperationalError, HostError) as exc:
+        if isinstance(exc, HostError) and (exc.category, exc.cause) != ("store", "unavailable"):
+            raise
+        cause = exc.__cause__ if isinstance(exc, HostError) and exc.__cause__ else exc
+        logger.warning(
+            "database not ready at start (unreachable, or not migrated): roster sync skipped, "
+            "it runs again with `manage.py sync_roster` or the next process start: %s",
+            str(cause).strip() or type(cause).__name__,
+            extra={"event": "roster_sync_skipped"},
+        )
         return None
 
 

@@ -137,3 +137,33 @@ def test_the_failed_job_runs_figure_counts_past_the_rows_shown_and_leaves_out_wo
     assert figure(html, "hy-failed-jobs") == str(ROWS + 10)
     assert section(html, "hy-jobs").count("<tr><td>ext:keeper:job") == ROWS
     assert "worker:tidy" not in html
+
+
+def test_an_extension_waiting_for_its_grants_is_shown_with_the_admit_action(
+    console, install, settings
+):
+    """Production (HOST_AUTO_ADMIT=false) installs every extension with no grant admitted: it
+    is `running`, yet nothing it requested runs. The dashboard must not call that all well."""
+    settings.HOST_AUTO_ADMIT = False
+    install(keeper())
+
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert "Every installed extension is running." not in html
+    assert figure(html, "hy-waiting-count") == "1"
+    waiting = section(html, "hy-waiting")
+    assert reverse("admin:extensions_host_rosterentry_change", args=["keeper"]) in waiting
+    assert "attention, projection, settled, state, timers" in waiting
+    assert 'name="action" value="admit_requested_grants"' in waiting
+    assert 'name="_selected_action" value="keeper"' in waiting
+
+    # the button leads to the action's confirmation page, and confirming admits the grants
+    changelist = reverse("admin:extensions_host_rosterentry_changelist")
+    form = {"action": "admit_requested_grants", "index": "0", "_selected_action": "keeper"}
+    confirm = console.post(changelist, form)
+    assert confirm.status_code == 200 and "Yes, admit" in confirm.content.decode()
+    console.post(changelist, {**form, "confirm": "yes"})
+
+    html = console.get(reverse("admin:index")).content.decode()
+    assert 'id="hy-waiting"' not in html
+    assert "Every installed extension is running." in html

@@ -55,10 +55,8 @@ def test_a_message_being_written_is_invisible_then_whole(folders):
         assert consumer.default_channel._get(QUEUE) == {"body": "probe"}
 
 
-def test_the_embedded_settings_select_it():
-    from django.conf import settings
+def test_filesystem_urls_name_it_in_every_process_of_the_app(folders):
+    import config.celery  # noqa: F401  (what every web, worker and beat process loads)
 
-    if settings.CELERY_BROKER_URL.startswith("filesystem"):
-        assert settings.CELERY_BROKER_TRANSPORT == "core.broker:Transport"
-    else:
-        assert settings.CELERY_BROKER_TRANSPORT is None
+    with Connection("filesystem://", transport_options=folders) as connection:
+        assert isinstance(connection.default_channel, broker.Channel)

@@ -167,6 +167,54 @@ def test_production_refuses_a_cache_that_is_not_redis(project, cache_url):
     assert "ImproperlyConfigured: CACHE_URL must point at Redis in production" in done.stderr
 
 
+@pytest.mark.parametrize(
+    "broker_url",
+    [
+        "filesystem://",
+        "memory://",
+        "redis//typo",
+        "sqs://key:s3cret@",
+        "librabbitmq://guest:s3cret@rabbit//",
+        "redis://redis.internal:6379/0;filesystem://",
+    ],
+)
+def test_production_refuses_a_broker_that_is_not_redis_or_rabbitmq(project, broker_url):
+    """The embedded brokers serve one machine and never redeliver a dead worker's task."""
+    done = python(
+        project,
+        LOAD,
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"CELERY_BROKER_URL": broker_url}),
+    )
+    assert done.returncode != 0
+    assert (
+        "ImproperlyConfigured: CELERY_BROKER_URL must point at Redis or RabbitMQ in production "
+        "(redis://, rediss://, amqp://, amqps://, pyamqp://)" in done.stderr
+    )
+    assert "s3cret" not in done.stderr  # the scheme is named, never the rest of the URL
+
+
+@pytest.mark.parametrize(
+    "broker_url",
+    [
+        "redis://redis.internal:6379/0",
+        "rediss://:pw@redis.internal:6380/0",
+        "amqp://guest:guest@rabbit:5672//",
+        "amqps://guest:guest@rabbit:5671//",
+        "pyamqp://guest:guest@rabbit//",
+        "amqp://rabbit-a//;amqp://rabbit-b//",
+    ],
+)
+def test_production_takes_a_redis_or_rabbitmq_broker(project, broker_url):
+    values = show(
+        project,
+        "CELERY_BROKER_URL",
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"CELERY_BROKER_URL": broker_url}),
+    )
+    assert values["CELERY_BROKER_URL"] == broker_url
+
+
 def test_production_takes_a_redis_cache_for_the_artifact_payloads_too(project):
     values = show(
         project,
@@ -212,6 +260,9 @@ def test_beat_ticks_at_the_interval_dotenv_sets(project):
         ("HOST_SSE_LIFETIME_SECONDS", "-1", "HOST_SSE_LIFETIME_SECONDS must be a number > 0"),
         ("HOST_WATCH_POLL_SECONDS", "11", "HOST_WATCH_POLL_SECONDS must be a number > 0 and <= 10"),
         ("LOG_LEVEL", "loud", "LOG_LEVEL must be a logging level name"),
+        # beat writes its mark every 5 s: below three marks /readyz would flap
+        ("BEAT_STALE_SECONDS", "1", "BEAT_STALE_SECONDS must be an integer >= 15, got 1"),
+        ("BEAT_STALE_SECONDS", "14", "BEAT_STALE_SECONDS must be an integer >= 15, got 14"),
     ],
 )
 def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, value, message):
@@ -245,11 +296,13 @@ def test_good_values_are_read_and_normalised(project):
         "LOG_LEVEL",
         "HOST_SWEEP_BUDGET_SECONDS",
         "HOST_SSE_POLL_SECONDS",
+        "BEAT_STALE_SECONDS",
         RETENTION_DAYS="30",
         HOST_WRITE_RATE=" 20/Second ",
         LOG_LEVEL="debug",
         HOST_SWEEP_BUDGET_SECONDS="14",
         HOST_SSE_POLL_SECONDS="0.25",
+        BEAT_STALE_SECONDS="15",
     )
     assert values["RETENTION_DAYS"] == 30
     assert values["HOST_WRITE_RATE"] == "20/second"
@@ -257,6 +310,7 @@ def test_good_values_are_read_and_normalised(project):
     assert values["LOG_LEVEL"] == "DEBUG"
     assert values["HOST_SWEEP_BUDGET_SECONDS"] == 14
     assert values["HOST_SSE_POLL_SECONDS"] == 0.25
+    assert values["BEAT_STALE_SECONDS"] == 15
 
 
 def test_unset_retention_keeps_conversations_and_off_turns_the_write_rate_off(project):
@@ -299,20 +353,23 @@ def test_make_run_finds_local_env_under_the_var_dir_of_the_settings(project):
     assert '--env "$var_dir/local.env"' in honcho
 
 
-@pytest.mark.parametrize(("var_dir", "expected"), [(None, "var"), ("/srv/v", "/srv/v")])
-def test_the_procfile_beat_keeps_its_schedule_under_host_var_dir(var_dir, expected):
+@pytest.mark.parametrize("var_dir", [None, "elsewhere"])
+def test_beat_keeps_its_schedule_under_host_var_dir_with_no_option(project, var_dir):
+    """The documented `celery -A config beat` (operating.md) and the Procfile's beat pass no
+    `--schedule`: the settings put the schedule file in HOST_VAR_DIR, not the working folder."""
     line = next(
         line for line in (ROOT / "Procfile").read_text().splitlines() if line.startswith("beat:")
     )
-    command = line.removeprefix("beat:").strip()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if var_dir:
-        env["HOST_VAR_DIR"] = var_dir
-    # honcho runs each line with the shell: print the words the shell would pass on
-    words = subprocess.run(
-        ["sh", "-c", f"printf '%s\\n' {command}"], env=env, capture_output=True, text=True
-    ).stdout.splitlines()
-    assert words[words.index("--schedule") + 1] == f"{expected}/celerybeat-schedule"
+    assert "--schedule" not in line and " -s " not in line
+    code = (
+        "from config.celery import app\n"
+        "print(app.conf.beat_schedule_filename, app.conf.beat_scheduler)\n"
+    )
+    # the embedded settings make the broker's folders there: a folder of the test's own
+    expected = str(project / (var_dir or "var"))
+    done = python(project, code, **({"HOST_VAR_DIR": expected} if var_dir else {}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"{expected}/celerybeat-schedule", "core.beat:HostScheduler"]
 
 
 # --- the embedded broker keeps up with beat ----------------------------------------------------
