@@ -44,7 +44,7 @@ from artifacts.types import OperationContext, RequestContext
 from conversations.selectors import conversation_get
 from core.api_base import IdPagination, ListQuerySerializer, Pagination, StrictSerializer
 from core.auth import principal_of
-from core.errors import HostError
+from core.errors import MSG_INVALID_QUERY, HostError
 from core.permissions import Admin, AllowAnonymousReads, Runtime
 from core.schema import error_responses
 
@@ -69,7 +69,7 @@ def _query_text(request: Request, name: str, limit: int) -> str | None:
         return None
     if not 0 < len(value) <= limit or "\x00" in value:
         raise HostError(
-            "contract", "invalid", f"{name} is invalid", details={name: ["Invalid value."]}
+            "contract", "invalid", MSG_INVALID_QUERY, details={name: ["Invalid value."]}
         )
     return value
 

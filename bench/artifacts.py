@@ -15,11 +15,15 @@ def emit_world_prepare(*, world_id: str) -> dict[str, Any]:
     from artifacts.services import operation_begin, request_attempt_begin
     from artifacts.types import Declaration, OperationContext, RequestContext
     from bench.volume import conversations_insert
+    from conversations.models import Entry
 
     conversations_insert(prefix=world_id, count=1)
+    # a head names an entry of the world's conversation (spec 06); the same one on a re-run
+    first = Entry.objects.filter(conversation_id=f"{world_id}0").order_by("pk").first()
+    head = first or Entry.objects.create(conversation_id=f"{world_id}0", role="user")
     operation = OperationContext(
         world_id=f"{world_id}0",
-        parent_head="h0",
+        parent_head=str(head.pk),
         operation_id=f"{world_id}-op",
         preset_id="bench",
         preset_revision="r1",

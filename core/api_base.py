@@ -7,12 +7,12 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
 from core.db import BIGINT_MAX
-from core.errors import MSG_UNKNOWN_FIELDS, HostError
+from core.errors import MSG_UNKNOWN_FIELDS, HostError, query_error
 
 MSG_CURSOR = "Cursor is invalid"
 
@@ -73,7 +73,14 @@ class Pagination(CursorPagination):
         and the fields `serializer_class` adds."""
         # a plain dict: DRF reads "" in a QueryDict as "absent"; here it is an invalid value
         serializer = serializer_class(data=request.query_params.dict())
-        serializer.is_valid(raise_exception=True)
+        try:
+            serializer.is_valid(raise_exception=True)
+        except ValidationError as exc:
+            raise query_error(exc) from exc
+        except HostError as exc:  # a strict serializer's unknown names
+            if exc.cause != "invalid":
+                raise
+            raise query_error(exc) from exc
         self._query = dict(serializer.validated_data)
         return self._query
 

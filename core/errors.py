@@ -104,6 +104,7 @@ def bound_text(text: str, limit: int) -> str:
 
 # Constants for messages that clients and tests rely on.
 MSG_INVALID_BODY = "Request body is invalid"
+MSG_INVALID_QUERY = "Query parameters are invalid"
 MSG_MALFORMED_JSON = "Request body is not valid JSON"
 MSG_UNKNOWN_FIELDS = "Request body has unknown fields"
 MSG_NOT_FOUND = "Not found"
@@ -163,6 +164,20 @@ def as_host_error(exc: Exception) -> HostError | None:
         logger.warning("request failed on transient database trouble: %s", exc)
         return HostError("store", "unavailable", MSG_DATABASE_UNAVAILABLE, retry_after=1)
     return None
+
+
+def query_error(exc: drf.ValidationError | HostError) -> HostError:
+    """A list's query parameters failed their serializer (bad values, unknown names): the same
+    400 as a body's, worded for the query string (`core.api_base.Pagination.query`)."""
+    if isinstance(exc, HostError):
+        details = {
+            name: ["Unknown query parameter." if p == "Unknown field." else p for p in problems]
+            for name, problems in (exc.details or {}).items()
+        }
+        return HostError("contract", "invalid", MSG_INVALID_QUERY, details=details)
+    detail = exc.detail
+    details = detail if isinstance(detail, dict) else {"non_field_errors": detail}
+    return HostError("contract", "invalid", MSG_INVALID_QUERY, details=_plain(details))
 
 
 def _plain(value: Any) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
@@ -27,6 +29,7 @@ _DESCRIPTIONS = {
     403: "forbidden",
     404: "not found",
     405: "method not allowed",
+    406: "not acceptable: the Accept header allows no JSON response",
     409: "conflict or closed",
     413: "body too large",
     415: "unsupported media type",
@@ -34,6 +37,40 @@ _DESCRIPTIONS = {
     429: "throttled",
     503: "unavailable",
 }
+
+
+# What the error responses carry besides the body (spec 07), set by `core.errors.error_response`.
+RESPONSE_HEADERS = {
+    "401": {
+        "WWW-Authenticate": {
+            "description": 'The scheme to authenticate with: `Bearer realm="hyphae"`.',
+            "schema": {"type": "string"},
+        }
+    },
+    **{
+        code: {
+            "Retry-After": {
+                "description": "Whole seconds to wait before retrying.",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        }
+        for code in ("429", "503")
+    },
+}
+
+
+def document_response_headers(result: dict[str, Any]) -> dict[str, Any]:
+    """Post-processing: every documented 401 names `WWW-Authenticate`, every 429 and 503
+    `Retry-After` (a 503 sends it when a retry can help: a `Retry`, the store; a stopped
+    extension's 503 does not, so it is not required)."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if not isinstance(operation, dict):
+                continue
+            for code, response in operation.get("responses", {}).items():
+                if code in RESPONSE_HEADERS:
+                    response.setdefault("headers", {}).update(RESPONSE_HEADERS[code])
+    return result
 
 
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
@@ -110,7 +147,7 @@ class HostAutoSchema(AutoSchema):
 
     Also states what the host enforces, so a generic client or fuzzer reads the truth: a
     `StrictSerializer` body has `additionalProperties: false` (unknown fields are a 400), and
-    every write a throttle can refuse documents its 429."""
+    every write a throttle can refuse documents its 429, every operation its 406."""
 
     def get_serializer_name(self, serializer, direction):  # type: ignore[no-untyped-def]
         parts = type(serializer).__qualname__.split(".")
@@ -143,6 +180,11 @@ class HostAutoSchema(AutoSchema):
 
     def _get_response_bodies(self, direction="response"):  # type: ignore[no-untyped-def]
         responses = super()._get_response_bodies(direction)
+        # every DRF view negotiates its renderer: an Accept that allows no JSON is a 406
+        responses.setdefault(
+            "406",
+            self._get_response_for_code(error_responses(406)[406], "406", direction=direction),
+        )
         if self.method in {"POST", "PUT", "PATCH", "DELETE"} and self._write_throttled():
             responses.setdefault(
                 "429",

@@ -1,12 +1,23 @@
-"""Per-principal write throttling (429 `limit/throttled` with `Retry-After`)."""
+"""Per-principal write throttling (429 `limit/throttled` with `Retry-After`).
+
+A fixed-window counter on the default cache: `HOST_WRITE_RATE=N/period` admits at most N
+writes per principal in each clock-aligned window of one period (each calendar minute for
+`/min`); the write over it gets 429 with `Retry-After` = whole seconds until that window ends.
+Refused writes are not counted. The count is `cache.add` + `cache.incr`, atomic on Redis
+(production) and on the in-process memory cache, so concurrent writes cannot slip past the
+bound the way DRF's read-the-history-then-write-it-back throttle lets them; the embedded file
+cache has no atomic increment (one process, best effort).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from core import clock
 from core.auth import principal_of
 
 SAFE = {"GET", "HEAD", "OPTIONS"}
@@ -26,3 +37,37 @@ class WriteRateThrottle(SimpleRateThrottle):
             return None
         ident = principal.user_id if principal.is_authenticated else self.get_ident(request)
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if self.rate is None:
+            return True
+        key = self.get_cache_key(request, view)
+        if key is None:
+            return True
+        return self.admit(key, now_ms=clock.now_ms())
+
+    def admit(self, key: str, *, now_ms: int) -> bool:
+        """Count one write under `key` in the window holding `now_ms`; False (and not counted)
+        when the window already holds `num_requests`."""
+        period_ms = self.duration * 1000
+        window = now_ms // period_ms
+        self._wait_ms = (window + 1) * period_ms - now_ms
+        counter = f"{key}:{window}"
+        # The counter outlives its window by a second, so it cannot expire between `add` and
+        # `incr` (Redis would then recreate it without a TTL); the next window has its own key.
+        self.cache.add(counter, 0, timeout=self.duration + 1)
+        try:
+            count = self.cache.incr(counter)
+        except ValueError:  # evicted between add and incr: start the window over
+            self.cache.add(counter, 0, timeout=self.duration + 1)
+            count = self.cache.incr(counter)
+        if count <= self.num_requests:
+            return True
+        # Refusals do not use up the window: take this one back. The counter only exceeds the
+        # bound while refusals are in flight, so admitted writes never exceed it.
+        self.cache.decr(counter)
+        return False
+
+    def wait(self) -> float | None:
+        """Seconds until the current window ends (the exception handler rounds up)."""
+        return math.ceil(self._wait_ms / 1000) if hasattr(self, "_wait_ms") else None

@@ -5,7 +5,8 @@
   400 with details, a `StateError`, a rejection) and picks the bounds where it differs (depth,
   size).
 - Does this JSON input match the schema a pydantic model publishes (`model_from_json`: extension
-  command input, tool-call arguments)?
+  command input, tool-call arguments)? And what schema is that (`input_json_schema`: the command
+  catalog, the tool parameters handed to the runtime)?
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
-from core.errors import HostError
+from core.errors import HostError, bound_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -101,6 +104,54 @@ def json_size(value: Any) -> int:
     # surrogatepass: only a caller that skipped `check_text` can get here with one, and a
     # size is still an answer for it
     return len(encoded.encode("utf-8", "surrogatepass"))
+
+
+class _ClosedObjectsJsonSchema(GenerateJsonSchema):
+    """Pydantic's JSON schema with `additionalProperties: false` on every object that
+    `model_from_json` closes: models, dataclasses and typed dicts, at the top level and in
+    `$defs`, whatever the model's own `extra` config says (validation forbids extras anyway).
+    A mapping (`dict[str, int]`) and a root model keep their schema: their keys are data."""
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        json_schema = super().model_schema(schema)
+        if schema.get("root_model"):
+            return json_schema
+        return _closed(json_schema)
+
+    def dataclass_schema(self, schema: core_schema.DataclassSchema) -> JsonSchemaValue:
+        return _closed(super().dataclass_schema(schema))
+
+    def typed_dict_schema(self, schema: core_schema.TypedDictSchema) -> JsonSchemaValue:
+        return _closed(super().typed_dict_schema(schema))
+
+
+def _closed(json_schema: JsonSchemaValue) -> JsonSchemaValue:
+    if json_schema.get("type") == "object":
+        json_schema["additionalProperties"] = False
+    return json_schema
+
+
+def input_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of what `model_from_json` accepts for `model`, as published to callers
+    (the command catalog's `input_schema`, a tool's `parameters`): every object closed
+    (`additionalProperties: false`), nested ones too, since extra fields are errors."""
+    return model.model_json_schema(schema_generator=_ClosedObjectsJsonSchema)
+
+
+def first_validation_problem(exc: ValidationError, *, max_chars: int = 200) -> str:
+    """`<dotted field path>: <message>` of a validation error's first problem (just the message
+    for the value as a whole), bounded: for a reason or log line that says what is wrong. Never
+    the offending input itself (it may be a secret)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    if not errors:
+        return bound_text(str(exc.title), max_chars)
+    first = errors[0]
+    path = ".".join(str(part) for part in first["loc"])
+    problem = f"{path}: {first['msg']}" if path else first["msg"]
+    more = len(errors) - 1
+    if more:
+        problem += f" (and {more} more)"
+    return bound_text(problem, max_chars)
 
 
 def model_from_json(

@@ -68,8 +68,12 @@ REJECT_DIFFERENT_ARGUMENTS = "The same artifact tool-call ID is bound to differe
 REJECT_DIFFERENT_CALL = "The same artifact tool-call ID is bound to a different tool call"
 REJECT_NOT_JSON = "JSON artifact payload must be a valid JSON value"
 REJECT_TOO_LARGE = "Artifact exceeds the 4 MiB limit"
-REJECT_BUDGET = "Follow-up request artifacts exceed maxArtifactBytes"
 CONTRACT_MESSAGE_MAX = 1000
+
+
+def reject_budget(limit: int) -> str:
+    """The request context's `max_artifact_bytes` (spec 06), for core and follow-up requests."""
+    return f"This request attempt's artifacts would exceed its max_artifact_bytes ({limit} bytes)"
 
 
 def reject_undeclared(output: str) -> str:
@@ -303,7 +307,7 @@ def artifact_emit(
         if size > MAX_PAYLOAD_BYTES:
             return EmitResult(False, rejected(REJECT_TOO_LARGE))
         if found.attempt_bytes + size > context.max_artifact_bytes:
-            return EmitResult(False, rejected(REJECT_BUDGET))
+            return EmitResult(False, rejected(reject_budget(context.max_artifact_bytes)))
         _number_record(
             record,
             sequence=mutation.next_sequence(),

@@ -22,7 +22,7 @@ from artifacts.models import (
     Record,
 )
 from artifacts.selectors import ACTIVE, CLEARED, SUPERSEDED, followup_summary
-from artifacts.services.world import MSG_WORLD_NOT_FOUND, WorldMutation, invariant
+from artifacts.services.world import MSG_WORLD_NOT_FOUND, WorldMutation, head_check, invariant
 from artifacts.types import (
     MSG_ARGUMENT_INVALID,
     AttemptResult,
@@ -171,9 +171,10 @@ def head_reconcile(
         check_id(except_operation_id, "except_operation_id", MSG_ARGUMENT_INVALID)
     with transaction.atomic(durable=True):
         mutation = WorldMutation.lock(world_id)
+        if mutation is None and not Conversation.objects.filter(pk=world_id).exists():
+            raise HostError("store", "not_found", MSG_WORLD_NOT_FOUND)
+        head_check(world_id, head, field_name="head")
         if mutation is None:
-            if not Conversation.objects.filter(pk=world_id).exists():
-                raise HostError("store", "not_found", MSG_WORLD_NOT_FOUND)
             return ReconcileResult(world_id, head, [], [])  # no operations: nothing to do
         result = _reconcile(mutation, head, except_operation_id)
         mutation.flush()
@@ -202,6 +203,7 @@ def operation_begin(*, context: OperationContext) -> Operation:
             # "earlier" ones, would supersede newer operations and their panels. (The seed
             # re-runs both passes, safe only while no newer operation exists.)
             return existing
+        head_check(context.world_id, context.parent_head, field_name="parent_head")
         # A caller must not rely on a later read to invalidate what the parent head replaced.
         _reconcile(mutation, context.parent_head, context.operation_id)
         view = mutation.view()
@@ -313,6 +315,7 @@ def operation_mark_core_committed(*, context: OperationContext, head: str) -> Op
         mutation, operation = lock_checked_operation(
             context, missing=MSG_COMMIT_MISSING, mismatch=MSG_BEGIN_MISMATCH
         )
+        head_check(context.world_id, head, field_name="head")
         operation = mutation.adopt(operation)  # the reconcile below works on the world's view
         if operation.status == OperationStatus.COMPLETED:
             if operation.head != head:
@@ -354,6 +357,7 @@ def operation_mark_core_materialization_pending(
         mutation, operation = lock_checked_operation(
             context, missing=MSG_PENDING_MISSING, mismatch=MSG_PENDING_MISMATCH
         )
+        head_check(context.world_id, head, field_name="head")
         if operation.status == OperationStatus.CORE_FAILED:
             raise invariant(MSG_PENDING_FAILED, operation_id=operation.pk)
         if operation.status in (OperationStatus.CORE_COMMITTED, OperationStatus.COMPLETED):

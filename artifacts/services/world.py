@@ -36,11 +36,15 @@ from artifacts.ephemeral import ephemeral_forget_on_commit
 from artifacts.models import Event, EventKind, Operation, Record, Save, World
 from artifacts.selectors import WorldView, world_view
 from artifacts.services.sql import lock_world, rows_write
-from conversations.models import Conversation
+from artifacts.types import invalid
+from conversations.models import Conversation, Entry
 from conversations.services.common import conversation_changed
 from core.errors import HostError
 
 MSG_WORLD_NOT_FOUND = "Conversation not found"
+MSG_HEAD_NOT_AN_ENTRY = "Artifact head is not an entry of the conversation"
+HEAD_PROBLEM = "Must be the id of an entry of this conversation."
+_ENTRY_ID_MAX = 2**63 - 1  # BigAutoField
 MSG_OPERATION_STATE_INVALID = "Artifact operation state is invalid"
 
 
@@ -60,6 +64,21 @@ def last_sequence_annotations(world_id: str) -> dict[str, Coalesce]:
         name: Coalesce(Subquery(query.order_by("-sequence").values("sequence")[:1]), 0)
         for name, query in newest.items()
     }
+
+
+def head_check(world_id: str, head: str, *, field_name: str) -> None:
+    """A head names an entry of the world's conversation (spec 01: the conversation's newest
+    entry id when it was taken): its id in decimal, as `Entry.id`. Any entry of the
+    conversation, not only today's newest: the transcript moves on while an operation runs
+    (queued submissions add entries at admission) and retries repeat the head they were
+    given. A head of another conversation (the parent's, for a fork: the fork's entries have
+    new ids) or of none → 400, before anything is written. One indexed read."""
+    entry_id = int(head) if head.isascii() and head.isdigit() and head == str(int(head)) else 0
+    if not (
+        0 < entry_id <= _ENTRY_ID_MAX
+        and Entry.objects.filter(conversation_id=world_id, pk=entry_id).exists()
+    ):
+        raise invalid(MSG_HEAD_NOT_AN_ENTRY, field_name, HEAD_PROBLEM)
 
 
 class WorldMutation:

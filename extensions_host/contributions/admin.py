@@ -1,6 +1,7 @@
-"""Staff console: secrets (keys only, never values), settings (validated JSON), notifications
-and notifier health (read-only), the audit log (read-only), and users (deletion only with a
-transfer target; the plain cascade delete is disabled)."""
+"""Staff console: secrets (keys and "set", never values; staff set, replace and delete them
+write-only), settings (validated JSON), notifications and notifier health (read-only), the
+audit log (read-only), and users (deletion only with a transfer target; the plain cascade
+delete is disabled)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from django.contrib.admin import helpers
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from core.admin import ReadOnlyAdmin
 from core.errors import HostError
@@ -26,22 +29,109 @@ from extensions_host.contributions.models import (
     NotificationDelivery,
     NotifierHealth,
 )
-from extensions_host.contributions.services.stores import keyring, settings_edit
+from extensions_host.contributions.services.stores import (
+    keyring,
+    secret_edit,
+    secret_key_check,
+    secret_value_check,
+    settings_edit,
+)
 from extensions_host.contributions.services.users import user_delete
+from extensions_host.sdk import StateError
+
+
+class SecretForm(forms.ModelForm):
+    """Which extension and key (on the add page), and the value: write-only, never rendered
+    back (not even after an error), stored exactly as typed, encrypted by the stores service."""
+
+    value = forms.CharField(
+        label="New value",
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Write-only: encrypted at rest and never shown again. Saving replaces the "
+        "current value.",
+    )
+
+    class Meta:
+        model = ExtensionSecret
+        fields = ["extension", "key"]
+
+    def clean_key(self) -> str:
+        return _bound(secret_key_check, self.cleaned_data["key"])
+
+    def clean_value(self) -> str:
+        return _bound(secret_value_check, self.cleaned_data["value"])
+
+
+def _bound(check: Any, value: Any) -> Any:
+    """`check(value)`, its StateError shown as the field's error."""
+    try:
+        return check(value)
+    except StateError as exc:
+        raise forms.ValidationError(exc.message) from exc
 
 
 @admin.register(ExtensionSecret)
-class ExtensionSecretAdmin(ReadOnlyAdmin):
-    """Which secrets exist, and under which key; the value (and its ciphertext) never."""
+class ExtensionSecretAdmin(admin.ModelAdmin):
+    """Which secrets exist, and under which key; the value (and its ciphertext) never. Staff
+    with the model's permissions set, replace or delete one through `secret_edit` (encrypted,
+    audited with the key only)."""
 
-    list_display = ["extension", "key", "value", "encryption", "updated_at"]
+    form = SecretForm
+    list_display = ["extension", "key", "is_set", "encryption", "updated_at"]
     list_filter = ["extension"]
     search_fields = ["key"]
-    fields = ["extension", "key", "value", "encryption", "created_at", "updated_at"]
-    readonly_fields = fields
+    shown_fields = ["extension", "key", "is_set", "encryption", "created_at", "updated_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["extension", "key", "value"]
+        # the value input only for those who may replace it (a view-only page has no form)
+        writable = self.has_change_permission(request, obj)
+        return [*self.shown_fields, "value"] if writable else self.shown_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return self.shown_fields if obj is not None else []
+
+    @method_decorator(sensitive_post_parameters("value"))
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        # error reports (a 500 in this view) leave the typed value out
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        # through the service: the same checks and encryption as `ctx.stores.secrets.set`
+        secret_edit(
+            extension_id=obj.extension_id,
+            key=obj.key,
+            value=form.cleaned_data["value"],
+            actor=request.user.get_username(),
+        )
+        obj.pk = (
+            ExtensionSecret.objects.filter(extension_id=obj.extension_id, key=obj.key)
+            .values_list("pk", flat=True)
+            .get()
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        secret_edit(
+            extension_id=obj.extension_id,
+            key=obj.key,
+            value=None,
+            actor=request.user.get_username(),
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
 
     @admin.display(description="value")
-    def value(self, obj: ExtensionSecret) -> str:
+    def is_set(self, obj: ExtensionSecret) -> str:
         return "set"
 
     @admin.display(description="encryption")

@@ -40,6 +40,7 @@ from extensions_host.runtime.stops import (
 )
 from extensions_host.runtime.transient import is_transient, store_unavailable
 from extensions_host.sdk import Retry, SdkError
+from extensions_host.selectors import roster_entry_get
 from extensions_host.services.errors import (
     MSG_UNAVAILABLE,
     host_error_for,
@@ -62,16 +63,17 @@ __all__ = [
 
 def extension_available(*, extension_id: str, grant: str) -> tuple[LoadedExtension, RosterEntry]:
     """The loaded extension and its roster row, when its code may run now outside a frame
-    (commands, routes, slash commands). Checked in the order of spec 04: installed here and in
-    the roster, `grant` admitted, not stopped, the roster's revision; otherwise 503
+    (commands, routes, slash commands). An id the roster does not hold is 404 `store/not_found`
+    ("Not found", as `GET /v1/extensions/{id}` answers). Then, in the order of spec 04:
+    installed here, `grant` admitted, not stopped, the roster's revision; otherwise 503
     `extensions/unavailable` — "Extension is unavailable", or "Extension <id> is stopped:
     <reason>" for a stopped extension that holds the grant."""
     # the registry is in-process: an id no extension has (NUL, overlong, …) never reaches a query
     loaded = registry.get(extension_id)
+    row = roster_entry_get(extension_id=extension_id)  # 404 when not in the roster
     if loaded is None:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
-    row = RosterEntry.objects.filter(pk=extension_id).first()
-    if row is None or row.status == ExtensionStatus.UNINSTALLED or grant not in row.admitted_grants:
+    if row.status == ExtensionStatus.UNINSTALLED or grant not in row.admitted_grants:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
     if row.status == ExtensionStatus.STOPPED:
         raise HostError("extensions", "unavailable", stopped_message(extension_id, row.reason))

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from core.validation import first_validation_problem
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.context import HookContext
 from extensions_host.runtime.current import InvalidResult
@@ -32,11 +33,15 @@ def command_hook_name(name: str) -> str:
 
 
 def encode_model(model: type[BaseModel], value: Any, message: str) -> Any:
-    """`value` (an instance or plain data) validated by `model`, as JSON data."""
+    """`value` (an instance or plain data) validated by `model`, as JSON data. Invalid: the
+    `message`, and for a validation error its first field and problem (the stop reason says
+    what is wrong; never the value itself)."""
     try:
         instance = value if isinstance(value, model) else model.model_validate(value)
         data = instance.model_dump(mode="json")
         model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidResult(f"{message}: {first_validation_problem(exc)}") from exc
     except _ENCODE_ERRORS as exc:
         raise InvalidResult(message) from exc
     return data

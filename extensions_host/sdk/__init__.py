@@ -9,6 +9,9 @@ Everything here is typed (pydantic v2 for every schema) and stable within SDK ma
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 # Background declarations (workers, jobs) and conversation types live beside the services that
 # use them; authors import them from here, the one public surface.
 from extensions_host.background.declarations import (
@@ -68,7 +71,35 @@ from extensions_host.surfaces.types import (
     ToolModule,
 )
 
+if TYPE_CHECKING:
+    from conversations.selectors import RunSettledEvent
+    from core.errors import HostError
+    from extensions_host.background.services.reader import LifecycleEventView as LifecycleEvent
+
 SDK_VERSION = "1.0.0"
+
+# Types defined beside the services that build them, which need Django's models and the
+# runtime: exported lazily (PEP 562), so importing the SDK imports neither (nor a cycle back
+# into it). `from extensions_host.sdk import RunSettledEvent` works as for any other name.
+_LAZY: dict[str, tuple[str, str]] = {
+    # `on_settled(ctx, runs: list[RunSettledEvent])`
+    "RunSettledEvent": ("conversations.selectors", "RunSettledEvent"),
+    # a lifecycle handler's `event` (`event.kind`, `.data`, `.entry(id)`, `.entries()`, …)
+    "LifecycleEvent": ("extensions_host.background.services.reader", "LifecycleEventView"),
+    # what a read outside a frame raises on store trouble (`store/unavailable`)
+    "HostError": ("core.errors", "HostError"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = target
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CORE_SLASH_COMMANDS",
@@ -97,9 +128,11 @@ __all__ = [
     "ExtensionStop",
     "FileRef",
     "Health",
+    "HostError",
     "InteractionRecord",
     "Job",
     "JobRun",
+    "LifecycleEvent",
     "MigrationRow",
     "NotReady",
     "NotificationEvent",
@@ -112,6 +145,7 @@ __all__ = [
     "Retry",
     "Route",
     "RunInfo",
+    "RunSettledEvent",
     "SdkError",
     "SlashCommand",
     "SlashInvocation",

@@ -320,23 +320,32 @@ class Extension:
         return decorate
 
     def slash(
-        self, name: str, *, description: str = "", args_hint: str = ""
+        self,
+        name: str,
+        *,
+        description: str = "",
+        args_hint: str = "",
+        deadline_s: float | None = None,
     ) -> Callable[[Hook], Hook]:
-        """`@ext.slash("todo", description=…)` → `run(ctx, invocation)`."""
+        """`@ext.slash("todo", description=…, deadline_s=None)` → `run(ctx, invocation)`;
+        `deadline_s` as `SlashCommand`'s (the request deadline by default)."""
 
         def decorate(fn: Hook) -> Hook:
-            command = SlashCommand(name, fn, description=description, args_hint=args_hint)
+            command = SlashCommand(
+                name, fn, description=description, args_hint=args_hint, deadline_s=deadline_s
+            )
             self.contributions.add_slash(self.id, command)
             self._check_contribution_grants()
             return fn
 
         return decorate
 
-    def notifier(self, name: str) -> Callable[[Hook], Hook]:
-        """`@ext.notifier("ntfy")` → `notify(ctx, event)`."""
+    def notifier(self, name: str, *, deadline_s: float | None = None) -> Callable[[Hook], Hook]:
+        """`@ext.notifier("ntfy", deadline_s=None)` → `notify(ctx, event)`; `deadline_s` as
+        `Notifier`'s (the worker deadline by default)."""
 
         def decorate(fn: Hook) -> Hook:
-            self.contributions.add_notifier(self.id, Notifier(name, fn))
+            self.contributions.add_notifier(self.id, Notifier(name, fn, deadline_s=deadline_s))
             self._check_contribution_grants()
             return fn
 

@@ -15,7 +15,7 @@ from conversations.selectors import conversation_get
 from core.auth import Principal
 from core.errors import MSG_FORBIDDEN, HostError
 from core.models import IdempotencyResult
-from core.validation import model_from_json
+from core.validation import input_json_schema, model_from_json
 from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.frames import FrameOutcome
@@ -221,7 +221,7 @@ def _catalog(definition: Extension) -> list[CatalogEntry]:
             scope=spec.scope,
             description=spec.description,
             admin_only=spec.admin_only,
-            input_schema=spec.input.model_json_schema(),
+            input_schema=input_json_schema(spec.input),
             output_schema=spec.output.model_json_schema() if spec.output else None,
         )
         for name, spec in sorted(definition.commands.items())

@@ -12,6 +12,8 @@ from django.db import DataError, IntegrityError, connection, transaction
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from core.errors import bound_text
+from core.validation import first_validation_problem
 from extensions_host.models import ExtensionRecord, MigrationStaging, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.sdk import MAX_RECORD_BYTES, Extension, StateError
@@ -19,6 +21,9 @@ from extensions_host.services.quotas import usage_recount
 from extensions_host.services.records import check_key
 
 BATCH = 500
+# how much of a record key a stop reason quotes (reasons are bounded to 512 characters)
+KEY_IN_REASON_MAX = 64
+PROBLEM_IN_REASON_MAX = 200
 Step = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
@@ -90,7 +95,7 @@ def migrate_records(
                     result = step(dict(item))
                 except Exception as exc:
                     raise MigrationFailed(
-                        f"state migration from version {version} failed: {exc}"
+                        f"state migration from version {version} failed: {_exception_text(exc)}"
                     ) from exc
                 if not isinstance(result, list | tuple):
                     raise MigrationFailed(
@@ -114,10 +119,21 @@ def _staged(definition: Extension, item: Any) -> MigrationStaging:
         instance = spec.model.model_validate(item["value"])
         encoded = instance.model_dump_json()
         index = spec.index(instance) if spec.index is not None else None
-    except (ValidationError, PydanticSerializationError) as exc:
-        raise MigrationFailed(f"a migrated {collection} record is invalid") from exc
+    except ValidationError as exc:
+        raise MigrationFailed(
+            f"a migrated {collection} record {_key_text(key)} is invalid: "
+            f"{first_validation_problem(exc, max_chars=PROBLEM_IN_REASON_MAX)}"
+        ) from exc
+    except PydanticSerializationError as exc:  # e.g. a lone surrogate: no JSON encoding
+        raise MigrationFailed(
+            f"a migrated {collection} record {_key_text(key)} is invalid: "
+            f"{bound_text(str(exc), PROBLEM_IN_REASON_MAX)}"
+        ) from exc
     except Exception as exc:  # the extension's index function
-        raise MigrationFailed(f"a migrated {collection} record has no valid index: {exc}") from exc
+        raise MigrationFailed(
+            f"a migrated {collection} record {_key_text(key)} has no valid index: "
+            f"{_exception_text(exc)}"
+        ) from exc
     if index is not None:
         index = _checked_key(index, f"a migrated {collection} record index")
     size = len(encoded.encode())
@@ -131,6 +147,19 @@ def _staged(definition: Extension, item: Any) -> MigrationStaging:
         value=encoded,
         size_bytes=size,
     )
+
+
+def _key_text(key: str) -> str:
+    """A record key as a reason quotes it: repr'd (so spaces and quotes read unambiguously),
+    cut so that the reason keeps room for the field and the problem (a key may be 256 chars)."""
+    return bound_text(repr(key), KEY_IN_REASON_MAX)
+
+
+def _exception_text(exc: BaseException) -> str:
+    """`<ErrorType>: <message>`: an extension's exception as a reason names it (a bare `'txt'`
+    from a `KeyError` says nothing)."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def _checked_key(value: Any, what: str) -> str:

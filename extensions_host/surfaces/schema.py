@@ -1,11 +1,44 @@
 """The event stream in the OpenAPI schema: a plain async Django view (not DRF), added by a
-drf-spectacular post-processing hook and marked `x-streaming` so a fuzzer can exclude it."""
+drf-spectacular post-processing hook and marked `x-streaming` so a fuzzer can exclude it.
+
+The hook (the one the settings register) also documents the error responses' headers for
+every operation (`core.schema.document_response_headers`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from core.schema import document_response_headers
+from extensions_host.surfaces.live import KINDS
+
 EVENTS_PATH = "/v1/conversations/{conversation_id}/events"
+# its access is the conversation view's (read access; anonymous for a public conversation)
+SECURITY_LIKE = ("/v1/conversations/{conversation_id}", "get")
+
+EVENTS_DESCRIPTION = f"""A `text/event-stream` of one conversation (served by the ASGI process).
+
+Events:
+
+- first a `retry: <ms>` line (the reconnect delay the client should use);
+- `event: change`, `id: <version>`, data `{{"conversation_id", "version", "changed"}}`: sent
+  at connect (`changed` is `[]`; every kind if `Last-Event-ID` names an older version) and after
+  each change; `changed` lists what changed, among {", ".join(f"`{k}`" for k in KINDS)}:
+  re-read those parts (e.g. the conversation, its entries page, its projection);
+- `event: gone`, data `{{"conversation_id"}}`: the conversation was deleted or is no longer
+  readable; the stream ends (do not reconnect);
+- `event: unavailable`, data `{{"conversation_id"}}`: the database did not answer at connect;
+  the stream ends (reconnect after the `retry` delay);
+- `: keep-alive` comment lines while idle.
+
+The stream ends after a bounded lifetime: reconnect with `Last-Event-ID: <version>` (browsers'
+`EventSource` sends it by itself on reconnect; the `last_event_id` query parameter does the same
+for a first connect) and an unchanged version sends nothing.
+
+Authentication is the API's (read access to the conversation): an `Authorization: Bearer`
+token, the session cookie, or a trusted proxy's `X-Forwarded-User`. A browser's `EventSource`
+cannot send an `Authorization` header: use the session cookie (same origin, logged in through
+the admin) or put a proxy in front that authenticates the user; never put a token in the URL.
+"""
 
 
 def add_event_stream(result: dict[str, Any], generator: Any, request: Any, public: bool) -> Any:
@@ -18,16 +51,14 @@ def add_event_stream(result: dict[str, Any], generator: Any, request: Any, publi
         }
         for code, text in ((401, "Authentication required"), (404, "Not found"))
     }
-    result.setdefault("paths", {})[EVENTS_PATH] = {
+    paths = result.setdefault("paths", {})
+    path, method = SECURITY_LIKE
+    security = paths.get(path, {}).get(method, {}).get("security")
+    paths[EVENTS_PATH] = {
         "get": {
             "operationId": "conversations_events",
             "summary": "Live updates of a conversation (Server-Sent Events)",
-            "description": (
-                "A `text/event-stream`: `event: change` with `id: <version>` and data "
-                "`{conversation_id, version, changed}` after each change; comment keep-alives; "
-                "a bounded lifetime (reconnect with `Last-Event-ID`). Served by the ASGI "
-                "process."
-            ),
+            "description": EVENTS_DESCRIPTION,
             "tags": ["conversations"],
             "x-streaming": True,
             "parameters": [
@@ -44,6 +75,13 @@ def add_event_stream(result: dict[str, Any], generator: Any, request: Any, publi
                     "schema": {"type": "string"},
                     "description": "The last version seen; resume from it.",
                 },
+                {
+                    "name": "last_event_id",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string"},
+                    "description": "`Last-Event-ID` for a client that cannot set headers.",
+                },
             ],
             "responses": {
                 "200": {
@@ -52,6 +90,7 @@ def add_event_stream(result: dict[str, Any], generator: Any, request: Any, publi
                 },
                 **errors,
             },
+            **({"security": security} if security is not None else {}),
         }
     }
-    return result
+    return document_response_headers(result)

@@ -4,17 +4,22 @@ Everything here calls the same functions the API views and the Celery tasks call
 frames, the timer sweep, settled delivery, the lifecycle outbox, workers, jobs, notifiers, the
 echo runtime). Nothing is mocked: the database is the test database, the clock is a fake host
 clock that only moves when the test says so, and background work runs when the test asks for
-it (`fire_timers`, `deliver_settled`, `tick`, …) instead of when beat would run it.
+it (`fire_timers`, `deliver_settled`, `tick`, …) instead of when beat would run it. The test's
+transaction never commits, so each method runs the after-commit steps of its work before it
+returns (`_host_work`), as a real commit would: a stop's `extension_stopped` event with the full
+cause (`stop_cause`), notifications, delivery kicks.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -26,11 +31,76 @@ from core.auth import Principal, user_principal
 from core.errors import HostError
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 DEFAULT_USER = "alice"
 # A runaway loop in a test (a timer that re-sets itself for "now") must end the test, not hang
 # it: background drains stop after this many rounds.
 MAX_ROUNDS = 1_000
+# the logger Django's own commit reports a failing robust after-commit step to
+_commit_logger = logging.getLogger("django.db.backends.base")
+
+
+@contextmanager
+def _run_commit_steps() -> Iterator[None]:
+    """A block whose after-commit steps (`transaction.on_commit`) run at its end, as a real
+    commit would run them: a stop's `extension_stopped` event (with the full cause) and its
+    listeners, `run.settled` notifications, delivery kicks, change publications. The test's
+    own transaction never commits, so without this they would never run.
+
+    Unlike `TestCase.captureOnCommitCallbacks`, it takes what it runs off the connection's
+    list, so blocks may nest (`tick` → `fire_timers`) and nothing runs twice. Outside a
+    transaction (`transaction=True` tests) the steps already ran at each commit."""
+    connection = transaction.get_connection()
+    start = len(connection.run_on_commit)
+    try:
+        yield
+    finally:
+        # the steps a step adds run too, in order (as `run_and_clear_commit_hooks` does)
+        while len(connection.run_on_commit) > start:
+            _, step, robust = connection.run_on_commit.pop(start)
+            if not robust:
+                try:
+                    step()
+                except BaseException:
+                    # a failing step ends the commit's steps, as after a real commit
+                    del connection.run_on_commit[start:]
+                    raise
+                continue
+            try:
+                step()
+            except Exception as exc:
+                _commit_logger.error(
+                    "Error calling %s in on_commit() (%s).",
+                    getattr(step, "__qualname__", step),
+                    exc,
+                    exc_info=True,
+                )
+
+
+def _host_work(method: Callable[P, T]) -> Callable[P, T]:
+    """A `TestHost` method that runs host work: its after-commit steps run before it returns
+    (`_run_commit_steps`)."""
+
+    @functools.wraps(method)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        with _run_commit_steps():
+            return method(*args, **kwargs)
+
+    return run
+
+
+class _StopEvents(logging.Handler):
+    """The causes of the `extension_stopped` events logged during the test, by event id (the
+    roster row names its stop's event: `stop_cause`)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.causes: dict[str, str | None] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "extension_stopped":
+            self.causes[str(getattr(record, "event_id", ""))] = getattr(record, "cause", None)
 
 
 @dataclass(frozen=True)
@@ -115,9 +185,14 @@ class TestHost:
         self._tool_calls = itertools.count(1)
         forget_activations()
         stack.callback(forget_activations)
+        self._stops = _StopEvents()
+        stops_logger = logging.getLogger("extensions_host.stops")
+        stops_logger.addHandler(self._stops)
+        stack.callback(stops_logger.removeHandler, self._stops)
 
     # --- installing -----------------------------------------------------------------------
 
+    @_host_work
     def install(self, *extensions: Any, grants: dict[str, Iterable[str]] | None = None) -> Any:
         """Install exactly these extensions (a later call replaces the set, like a deploy) and
         sync the roster: grants are admitted as requested (`HOST_AUTO_ADMIT`), or only the
@@ -135,6 +210,7 @@ class TestHost:
             )
         return report
 
+    @_host_work
     def sync(self) -> Any:
         """Run `sync_roster` again (as a deploy or a process start does)."""
         from extensions_host.services.roster import roster_sync
@@ -156,6 +232,7 @@ class TestHost:
             restart_count=row.restart_count,
         )
 
+    @_host_work
     def resume(self, extension_id: str, *, actor: str = "staff") -> ExtensionState:
         """Resume a stopped extension, as staff do from the admin."""
         from extensions_host.services.roster import extension_resume
@@ -163,17 +240,33 @@ class TestHost:
         extension_resume(extension_id=extension_id, actor=actor)
         return self.status(extension_id)
 
+    @_host_work
     def set_settings(self, extension_id: str, value: dict[str, Any]) -> dict[str, Any]:
         """Edit the extension's settings as staff do (validated against its settings model)."""
         from extensions_host.contributions.services.stores import settings_edit
 
         return settings_edit(extension_id=extension_id, value=value, actor="staff")
 
-    def set_secret(self, extension_id: str, key: str, value: str) -> None:
-        from extensions_host.contributions.services.stores import secret_set
+    @_host_work
+    def set_secret(self, extension_id: str, key: str, value: str | None) -> None:
+        """Set, replace or (with None) delete a secret as staff do in the admin (encrypted,
+        audited with the key only)."""
+        from extensions_host.contributions.services.stores import secret_edit
 
-        with transaction.atomic():
-            secret_set(extension_id=extension_id, key=key, value=value)
+        secret_edit(extension_id=extension_id, key=key, value=value, actor="staff")
+
+    def stop_cause(self, extension_id: str) -> str | None:
+        """The full cause of the extension's current stop, as its `extension_stopped` log event
+        carries it (exception type, message and traceback, secrets redacted); None when it is
+        not stopped or the stop had no exception (a deadline, a missing handler)."""
+        from extensions_host.models import RosterEntry
+
+        event_id = (
+            RosterEntry.objects.filter(pk=extension_id, status="stopped")
+            .values_list("stop_event_id", flat=True)
+            .first()
+        )
+        return self._stops.causes.get(event_id) if event_id else None
 
     # --- people and conversations ---------------------------------------------------------
 
@@ -190,6 +283,7 @@ class TestHost:
     def principal(self, user: Any = None) -> Principal:
         return user_principal(self._user(user), "token")
 
+    @_host_work
     def conversation(
         self, conversation_id: str = "c1", *, owner: Any = None, name: str = ""
     ) -> str:
@@ -201,6 +295,7 @@ class TestHost:
         )
         return created.conversation.pk
 
+    @_host_work
     def submit(
         self, conversation_id: str, text: str, *, user: Any = None, request_id: str | None = None
     ) -> int:
@@ -217,6 +312,7 @@ class TestHost:
 
     # --- calling the extension --------------------------------------------------------------
 
+    @_host_work
     def command(
         self,
         extension_id: str,
@@ -246,6 +342,7 @@ class TestHost:
         )
         return result.body
 
+    @_host_work
     def transact(self, extension_id: str, fn: Callable[[Any], T]) -> T:
         """Run `fn(ctx)` in a full frame of the extension, as its own route or worker code does
         with `ctx.transact` (typed errors are raised as they are; a defect stops it)."""
@@ -256,6 +353,7 @@ class TestHost:
             raise LookupError(f"Extension {extension_id} is not installed")
         return ctx.transact(fn)
 
+    @_host_work
     def read(self, extension_id: str, fn: Callable[[Any], T]) -> T:
         """Run `fn(ctx)` with a context of the extension outside any frame (reads only)."""
         from extensions_host.runtime import detached_context
@@ -265,6 +363,7 @@ class TestHost:
             raise LookupError(f"Extension {extension_id} is not installed")
         return fn(ctx)
 
+    @_host_work
     def api(self, user: Any = None, *, scope: str = "write") -> Any:
         """A DRF test client authenticated with a real API token of `user` (default: the
         default user); `api(anonymous=True)`-style calls use `api_anonymous()`."""
@@ -284,6 +383,7 @@ class TestHost:
 
         return APIClient()
 
+    @_host_work
     def route(
         self,
         method: str,
@@ -305,6 +405,7 @@ class TestHost:
             return call(url, **extra)
         return call(url, data=json, format="json", **extra)
 
+    @_host_work
     def answer_interaction(
         self, conversation_id: str, call_id: str, answer: Any, *, user: Any = None
     ) -> Any:
@@ -319,6 +420,7 @@ class TestHost:
 
     # --- the runtime side: claims and settlements --------------------------------------------
 
+    @_host_work
     def settle(
         self,
         conversation_id: str,
@@ -334,6 +436,7 @@ class TestHost:
         `deliver_settled()` or `tick()`, as beat would do it."""
         return self.answer(self.claim(conversation_id, text, user=user), answer, outcome=outcome)
 
+    @_host_work
     def claim(self, conversation_id: str, text: str | None = "hello", *, user: Any = None) -> int:
         """The first half of a turn: the user submits `text` (None: use what is queued) and the
         runtime claims the run (prompt sections and tools are captured). Returns the run id,
@@ -347,6 +450,7 @@ class TestHost:
             raise LookupError(f"Nothing to claim in conversation {conversation_id}")
         return claim.run.pk
 
+    @_host_work
     def tool_call(
         self,
         run_id: int,
@@ -362,18 +466,18 @@ class TestHost:
         from extensions_host.surfaces.services.toolcalls import tool_call_execute
 
         call_id = tool_call_id or f"call-{next(self._tool_calls)}"
-        with _after_commit():
-            record = tool_call_execute(
-                run_id=run_id,
-                tool_call_id=call_id,
-                extension_id=extension_id,
-                tool=tool,
-                arguments=arguments,
-            ).record
+        record = tool_call_execute(
+            run_id=run_id,
+            tool_call_id=call_id,
+            extension_id=extension_id,
+            tool=tool,
+            arguments=arguments,
+        ).record
         return ToolCall(
             tool_call_id=call_id, ok=record.ok, result=record.result, reason=record.reason
         )
 
+    @_host_work
     def respond(self) -> list[Turn]:
         """The built-in echo runtime: claim every runnable conversation and answer it (what the
         `echo_sweep` beat task does). Returns the turns, oldest work first."""
@@ -387,6 +491,7 @@ class TestHost:
             turns.append(self.answer(claim.run.pk))
         raise RuntimeError("respond(): the runtime never ran out of work")
 
+    @_host_work
     def answer(self, run_id: int, answer: str | None = None, *, outcome: str = "answered") -> Turn:
         """The second half of a turn: the runtime appends `answer` (default: the echo
         runtime's) to a claimed run and settles it."""
@@ -409,15 +514,11 @@ class TestHost:
                 content=[{"type": "text", "text": text}],
                 entry_key="hyphae-testing-answer",
             )
-            with _after_commit():
-                settled = run_settle(
-                    run_id=run.pk, status="answered", answer_entry_id=appended.entry.pk
-                )
+            settled = run_settle(
+                run_id=run.pk, status="answered", answer_entry_id=appended.entry.pk
+            )
         else:
-            with _after_commit():
-                settled = run_settle(
-                    run_id=run.pk, status="unanswered", reason=text or "unanswered"
-                )
+            settled = run_settle(run_id=run.pk, status="unanswered", reason=text or "unanswered")
         return Turn(
             run_id=run.pk,
             conversation_id=run.conversation_id,
@@ -434,6 +535,7 @@ class TestHost:
         """Move the host clock forward (nothing runs until you ask: see `tick`)."""
         return self.clock.advance(ms=ms, seconds=seconds)
 
+    @_host_work
     def fire_timers(self) -> int:
         """Fire every due timer (the `fire_timers` sweep). Returns how many fired."""
         from extensions_host.background.services.timers import PAGE, timers_fire_page
@@ -446,6 +548,7 @@ class TestHost:
                 return fired
         raise RuntimeError("fire_timers(): timers kept coming due")
 
+    @_host_work
     def deliver_settled(self, extension_id: str | None = None) -> int:
         """Deliver settled runs to every `settled` consumer that is behind (or to one).
         Returns how many runs were delivered in all."""
@@ -465,6 +568,7 @@ class TestHost:
         after = dict(SettledCursor.objects.filter(pk__in=targets).values_list("pk", "position"))
         return sum(after[e] - before.get(e, after[e]) for e in after)
 
+    @_host_work
     def emit_lifecycle(self, kind: str, conversation_id: str = "", **payload: Any) -> None:
         """Record a lifecycle event in the outbox (as the services that cause them do) and
         deliver it: handlers run in their frames, woken workers run."""
@@ -477,6 +581,7 @@ class TestHost:
             lifecycle_record(kind=kind, conversation_id=conversation_id, payload=data)
         self.deliver_lifecycle()
 
+    @_host_work
     def deliver_lifecycle(self) -> None:
         """Fan out the outbox, deliver pending events to every subscriber, run woken workers."""
         from extensions_host.background.services.lifecycle import (
@@ -494,6 +599,7 @@ class TestHost:
                     break
         self.run_workers()
 
+    @_host_work
     def detect_idle(self) -> int:
         """Emit `conversation_idle` for conversations idle past `IDLE_AFTER_SECONDS` (host
         clock) and deliver it. Returns how many were emitted."""
@@ -508,6 +614,7 @@ class TestHost:
         self.deliver_lifecycle()
         return emitted
 
+    @_host_work
     def run_workers(self) -> dict[str, str]:
         """Run every worker with a pending wake. Returns `{worker id: outcome}`."""
         from extensions_host.background.models import WorkerState
@@ -529,6 +636,7 @@ class TestHost:
                 return outcomes
         raise RuntimeError("run_workers(): workers kept waking")
 
+    @_host_work
     def run_jobs(self) -> None:
         """Run every due job (the `run_jobs` sweep)."""
         from extensions_host.background.services.jobs import jobs_run_due
@@ -538,6 +646,7 @@ class TestHost:
                 return
         raise RuntimeError("run_jobs(): jobs kept coming due")
 
+    @_host_work
     def trigger_job(self, job_id: str) -> str:
         """Staff run a job now (`POST /v1/jobs/{id}/trigger`); returns the run's outcome."""
         from extensions_host.background.services.jobs import job_run, job_trigger
@@ -545,12 +654,14 @@ class TestHost:
         job_trigger(job_id=job_id, actor="staff")
         return job_run(job_id=job_id)
 
+    @_host_work
     def jobs(self) -> dict[str, dict[str, Any]]:
         """Every declared job with next/last run, outcome and counters (as `GET /v1/jobs`)."""
         from extensions_host.background.services.jobs import jobs_list
 
         return {row["id"]: row for row in jobs_list()}
 
+    @_host_work
     def notify(
         self,
         type: str,
@@ -575,6 +686,7 @@ class TestHost:
                 job_id=job_id,
             )
 
+    @_host_work
     def deliver_notifications(self) -> list[str]:
         """Deliver every due notification to its notifier (the worker's task body). Returns
         the outcomes (`delivered`, `retry`, `failed`, …) in delivery order."""
@@ -587,6 +699,7 @@ class TestHost:
         ).values_list("pk", flat=True)
         return [notification_deliver(delivery_id=pk) for pk in list(due)]
 
+    @_host_work
     def tick(self, seconds: float = 1) -> None:
         """One beat tick after `seconds`: advance the clock, then run what beat runs every
         tick — fire timers, the echo runtime, settled delivery, the lifecycle outbox and its
@@ -600,6 +713,7 @@ class TestHost:
         self.run_jobs()
         self.deliver_notifications()
 
+    @_host_work
     def run_for(self, seconds: float, *, step: float = 1) -> None:
         """`tick` every `step` seconds for `seconds` seconds of host time."""
         steps = int(seconds / step)
@@ -608,6 +722,7 @@ class TestHost:
 
     # --- reads to assert on --------------------------------------------------------------------
 
+    @_host_work
     def records(self, extension_id: str, collection: str, *, index: str | None = None) -> list[Any]:
         """Every record of the collection (decoded with its model), in key order."""
         spec, _ = self._collection(extension_id, collection)
@@ -629,12 +744,14 @@ class TestHost:
                 return found
             after = spec.key(page[-1])
 
+    @_host_work
     def record(self, extension_id: str, collection: str, key: str) -> Any:
         from extensions_host.services.records import record_get
 
         spec, _ = self._collection(extension_id, collection)
         return record_get(extension_id=extension_id, collection=collection, spec=spec, key=key)
 
+    @_host_work
     def document(self, extension_id: str, name: str, conversation_id: str) -> Any:
         """The extension's document of that conversation (its initial value when unset)."""
         from extensions_host import registry
@@ -658,17 +775,20 @@ class TestHost:
             .values_list("key", "due_at")
         )
 
+    @_host_work
     def attention(self, conversation_id: str) -> list[dict[str, Any]]:
         """The conversation's visible attention items (as the conversation view shows them)."""
         from extensions_host.surfaces.selectors import attention_visible
 
         return attention_visible(conversation_id=conversation_id)
 
+    @_host_work
     def ambient(self, conversation_id: str) -> list[dict[str, Any]]:
         from extensions_host.surfaces.selectors import ambient_visible
 
         return ambient_visible(conversation_id=conversation_id)
 
+    @_host_work
     def interactions(self, conversation_id: str) -> list[dict[str, Any]]:
         from extensions_host.surfaces.selectors import interactions_of
         from extensions_host.surfaces.services.interactions import interaction_wire
@@ -676,6 +796,7 @@ class TestHost:
         rows = interactions_of(conversation_id=conversation_id).order_by("pk")
         return [interaction_wire(row) for row in rows]
 
+    @_host_work
     def projection(self, conversation_id: str, *, user: Any = None) -> dict[str, Any]:
         """The projection slots by extension id (`GET …/projection`'s `slots`)."""
         from extensions_host.services.projection import projection_build
@@ -683,6 +804,7 @@ class TestHost:
         principal = self.principal(user or self._owner_of(conversation_id))
         return projection_build(principal=principal, conversation_id=conversation_id)["slots"]
 
+    @_host_work
     def view(self, conversation_id: str, *, user: Any = None) -> dict[str, Any]:
         """`GET /v1/conversations/{id}` over HTTP: the conversation view a front end (and the
         inspector) reads, with visible attention and ambient surfaces."""
@@ -753,15 +875,6 @@ class TestHost:
         if loaded is None:
             raise LookupError(f"Extension {extension_id} is not installed")
         return collection_spec(loaded.definition, collection), loaded
-
-
-def _after_commit() -> Any:
-    """Run the after-commit steps of the block as a real commit would (a settlement's
-    `run.settled` notifications, delivery kicks): the test's transaction never commits, and
-    outside one they run at once anyway."""
-    from django.test import TestCase
-
-    return TestCase.captureOnCommitCallbacks(execute=True)
 
 
 def _submission_text(row: Any, entry_text: Callable[[Any], str]) -> str:

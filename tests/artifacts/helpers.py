@@ -2,28 +2,57 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 from typing import Any
 
 from artifacts import services
 from artifacts.models import Event, Operation, Record, World
 from artifacts.types import Declaration, OperationContext, RequestContext
-from conversations.models import Conversation
+from conversations.models import Conversation, Entry
 from core import clock
+
+HEADS_PER_WORLD = 10
+
+
+def head(n: int, world_id: str = "world-1") -> str:
+    """The id of the world's entry number `n` (0..9), made by `make_world`: a head (spec 06)
+    names an entry of the world's conversation. Explicit ids far above any the database
+    assigns, derived from the world id alone, so tests may name heads at import time."""
+    assert 0 <= n < HEADS_PER_WORLD
+    return str(10**12 + zlib.crc32(world_id.encode()) % 10**6 * 100 + n)
 
 
 def make_world(owner: Any, world_id: str, **extra: Any) -> Conversation:
-    return Conversation.objects.create(
+    """A conversation with entries `head(0, world_id)` … `head(9, world_id)`."""
+    world = Conversation.objects.create(
         id=world_id, owner=owner, last_activity_at=clock.now(), **extra
     )
+    Entry.objects.bulk_create(
+        Entry(id=int(head(n, world_id)), conversation=world, role="user")
+        for n in range(HEADS_PER_WORLD)
+    )
+    return world
+
+
+def newest_head(world_id: str) -> str:
+    """The head of a conversation made elsewhere: its newest entry (one is appended if it has
+    none)."""
+    newest = Entry.objects.filter(conversation_id=world_id).order_by("-pk").first()
+    if newest is None:
+        newest = Entry.objects.create(conversation_id=world_id, role="user")
+    return str(newest.pk)
 
 
 def op_context(
-    world_id: str = "world-1", operation_id: str = "op-1", parent_head: str = "h0", **extra: Any
+    world_id: str = "world-1",
+    operation_id: str = "op-1",
+    parent_head: str | None = None,
+    **extra: Any,
 ) -> OperationContext:
     values = {
         "world_id": world_id,
-        "parent_head": parent_head,
+        "parent_head": head(0, world_id) if parent_head is None else parent_head,
         "operation_id": operation_id,
         "preset_id": "preset",
         "preset_revision": "r1",

@@ -7,7 +7,7 @@ from django.test import Client
 
 from artifacts import services
 from artifacts.models import Record
-from tests.artifacts.helpers import decl, emit, op_context, req_context, started, with_attempt
+from tests.artifacts.helpers import decl, emit, head, op_context, req_context, started, with_attempt
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +24,7 @@ def filled(world):
     op = op_context()
     ctx = started(op, decl("panel", save="operation"))
     record = emit(ctx, "panel", "visible panel text", "c1")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     return record
 
 
@@ -95,8 +95,8 @@ def test_the_record_list_shows_each_records_effective_status(admin_client_, worl
     first = op_context(operation_id="op-1")
     ctx1 = started(first, decl("panel", save="operation"))
     emit(ctx1, "panel", "first", "c1")
-    services.head_reconcile(world_id="world-1", head="h9")  # op-1 is superseded: not its record
-    second = op_context(operation_id="op-2", parent_head="h9")
+    services.head_reconcile(world_id="world-1", head=head(9))  # op-1 is superseded: not its record
+    second = op_context(operation_id="op-2", parent_head=head(9))
     ctx2 = started(second, decl("panel", save="operation"), decl("later", channel="x"))
     emit(ctx2, "panel", "cleared", "c2")
     services.artifact_clear(context=ctx2, output="panel", tool_call_id="c3")

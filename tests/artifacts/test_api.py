@@ -12,13 +12,13 @@ from artifacts import services
 from artifacts.models import Operation, Record
 from artifacts.types import RequestContext
 from core.errors import HostError
-from tests.artifacts.helpers import counts, make_world
+from tests.artifacts.helpers import counts, head, make_world
 
 pytestmark = pytest.mark.django_db
 
 CONTEXT = {
     "world_id": "world-1",
-    "parent_head": "h0",
+    "parent_head": head(0),
     "operation_id": "op-1",
     "preset_id": "preset",
     "preset_revision": "r1",
@@ -83,8 +83,8 @@ def test_the_runtime_walks_an_operation_over_http(begun, api, owner):
     assert body["markdown"] == "# Runtime artifact accepted\n\noutput=panel"
     record_id = body["record_id"]
 
-    status, body = post(runtime, "commit", {"context": CONTEXT, "head": "h1"})
-    assert (status, body["status"], body["head"]) == (200, "core_committed", "h1")
+    status, body = post(runtime, "commit", {"context": CONTEXT, "head": head(1)})
+    assert (status, body["status"], body["head"]) == (200, "core_committed", head(1))
     status, body = post(runtime, "followup/begin", {"context": CONTEXT})
     assert (status, body["status"], body["core_committed"]) == (200, "running", True)
 
@@ -92,7 +92,7 @@ def test_the_runtime_walks_an_operation_over_http(begun, api, owner):
     assert projection.status_code == 200
     items = projection.json()["items"]
     assert [(i["record_id"], i["payload"], i["head"]) for i in items] == [
-        (record_id, "hello", "h1")
+        (record_id, "hello", head(1))
     ]
 
     status, body = post(runtime, "followup/complete", {"operation_id": "op-1", "requests": ["f1"]})
@@ -107,7 +107,7 @@ def test_the_runtime_walks_an_operation_over_http(begun, api, owner):
         "completed_requests": ["f1"],
         "core_committed": True,
         "message": None,
-        "head": "h1",
+        "head": head(1),
     }
 
 
@@ -210,23 +210,23 @@ def test_an_invariant_error_is_409_in_the_error_model(begun):
         409,
         "Artifact emit request attempt is not registered",
     )
-    post(begun, "commit", {"context": CONTEXT, "head": "h1"})
-    status, body = post(begun, "commit", {"context": CONTEXT, "head": "h2"})
+    post(begun, "commit", {"context": CONTEXT, "head": head(1)})
+    status, body = post(begun, "commit", {"context": CONTEXT, "head": head(2)})
     assert (status, body["error"]["cause"]) == (409, "conflict")
 
 
 def test_the_other_calls_answer_over_http(begun):
     status, body = post(begun, "attempts", {"context": {**REQUEST_CONTEXT, "request_attempt": 2}})
     assert (status, body["recorded"], body["current_attempt"]) == (200, True, 2)
-    status, body = post(begun, "reconcile-head", {"world_id": "world-1", "head": "h0"})
+    status, body = post(begun, "reconcile-head", {"world_id": "world-1", "head": head(0)})
     assert (status, body["superseded_operations"]) == (200, [])
     status, body = post(
         begun,
         "materialization-pending",
-        {"context": CONTEXT, "head": "h1", "message": "waiting"},
+        {"context": CONTEXT, "head": head(1), "message": "waiting"},
     )
     assert (status, body["status"]) == (200, "recovery_required")
-    status, body = post(begun, "commit", {"context": CONTEXT, "head": "h1"})
+    status, body = post(begun, "commit", {"context": CONTEXT, "head": head(1)})
     assert status == 200
     status, body = post(
         begun, "followup/fail", {"operation_id": "op-1", "status": "cancelled", "message": "stop"}
@@ -250,6 +250,85 @@ def test_reconcile_of_a_missing_world_is_404(runtime, db):
     assert (status, body["error"]["message"]) == (404, "Conversation not found")
     status, body = post(runtime, "operations", {"context": {**CONTEXT, "world_id": "nope"}})
     assert status == 404
+
+
+HEAD_REFUSED = {
+    "category": "contract",
+    "cause": "invalid",
+    "message": "Artifact head is not an entry of the conversation",
+}
+HEAD_PROBLEM = ["Must be the id of an entry of this conversation."]
+# no entry anywhere / an entry of another conversation (a fork's parent) / not an id as written
+NOT_HEADS = ["no-such-entry", "999999999", head(0, "world-2"), f"0{head(0)}", f" {head(0)}"]
+
+
+@pytest.mark.parametrize("bad", NOT_HEADS)
+def test_begin_refuses_a_parent_head_that_is_no_entry_of_the_world(world, runtime, owner, bad):
+    make_world(owner, "world-2")
+    before = counts()
+    status, body = post(runtime, "operations", {"context": {**CONTEXT, "parent_head": bad}})
+    assert (status, body["error"]) == (
+        400,
+        {**HEAD_REFUSED, "details": {"parent_head": HEAD_PROBLEM}},
+    )
+    assert counts() == before
+
+
+def test_an_older_entry_of_the_conversation_is_a_head_too(begun):
+    """The transcript moves on while an operation runs: any entry of the world names a head."""
+    context = {**CONTEXT, "operation_id": "op-2", "parent_head": head(5)}
+    assert post(begun, "operations", {"context": context})[0] == 200
+    assert post(begun, "commit", {"context": CONTEXT, "head": head(3)})[0] == 200
+    assert post(begun, "reconcile-head", {"world_id": "world-1", "head": head(1)})[0] == 200
+
+
+@pytest.mark.parametrize("bad", NOT_HEADS)
+@pytest.mark.parametrize(
+    ("call", "extra"),
+    [
+        ("commit", {"context": CONTEXT}),
+        ("materialization-pending", {"context": CONTEXT, "message": "m"}),
+    ],
+)
+def test_the_core_result_refuses_a_head_that_is_no_entry_of_the_world(
+    begun, owner, call, extra, bad
+):
+    make_world(owner, "world-2")
+    status, body = post(begun, "emit", emit_body())
+    assert status == 200 and body["ok"] is True
+    before = counts()
+    status, body = post(begun, call, {**extra, "head": bad})
+    assert (status, body["error"]) == (400, {**HEAD_REFUSED, "details": {"head": HEAD_PROBLEM}})
+    assert counts() == before
+    operation = Operation.objects.get(pk="op-1")
+    assert (operation.status, operation.head) == ("running", "")
+
+
+@pytest.mark.parametrize("bad", NOT_HEADS)
+def test_reconcile_refuses_a_head_that_is_no_entry_and_keeps_the_live_panels(
+    begun, api, owner, bad
+):
+    make_world(owner, "world-2")
+    context = {**REQUEST_CONTEXT, "declarations": [{**DECLARATION, "invalidation": "head_change"}]}
+    assert post(begun, "attempts", {"context": {**context, "request_attempt": 2}})[0] == 200
+    status, body = post(begun, "emit", emit_body(context={**context, "request_attempt": 2}))
+    assert status == 200 and body["ok"] is True
+    before = counts()
+
+    status, body = post(begun, "reconcile-head", {"world_id": "world-1", "head": bad})
+
+    assert (status, body["error"]) == (400, {**HEAD_REFUSED, "details": {"head": HEAD_PROBLEM}})
+    assert counts() == before
+    projection = api(owner).get("/v1/worlds/world-1/artifacts").json()["items"]
+    assert [item["payload"] for item in projection] == ["hello"]
+    assert Operation.objects.get(pk="op-1").projection_status == "active"
+
+
+def test_reconcile_checks_the_head_of_a_world_without_operations(world, runtime):
+    status, body = post(runtime, "reconcile-head", {"world_id": "world-1", "head": "nope"})
+    assert (status, body["error"]["message"]) == (400, HEAD_REFUSED["message"])
+    status, body = post(runtime, "reconcile-head", {"world_id": "world-1", "head": head(9)})
+    assert (status, body["superseded_records"]) == (200, [])
 
 
 # --- permissions and access --------------------------------------------------------------------
@@ -365,7 +444,7 @@ def test_the_debug_list_is_paged_newest_first_by_at_most_100(begun, api, staff):
 
 def test_the_followup_list_is_paged_by_operation_id(begun, api, owner):
     for n in (2, 3, 4):
-        context = {**CONTEXT, "operation_id": f"op-{n}", "parent_head": f"h{n}"}
+        context = {**CONTEXT, "operation_id": f"op-{n}", "parent_head": head(n)}
         assert post(begun, "operations", {"context": context})[0] == 200
     reader = api(owner)
 
@@ -412,8 +491,8 @@ def test_the_followup_list_is_in_code_point_order_whatever_the_collation(begun, 
     and on PostgreSQL whatever collation the id column has."""
     if connection.vendor == "postgresql":
         _give_operation_ids_a_locale_collation()
-    for op in ("op-b", "op-Z", "op-a", "op-B"):
-        context = {**CONTEXT, "operation_id": op, "parent_head": f"h-{op}"}
+    for n, op in enumerate(("op-b", "op-Z", "op-a", "op-B"), start=1):
+        context = {**CONTEXT, "operation_id": op, "parent_head": head(n)}
         assert post(begun, "operations", {"context": context})[0] == 200
     reader = api(owner)
 

@@ -15,6 +15,7 @@ from tests.artifacts.helpers import (
     counts,
     decl,
     emit,
+    head,
     op_context,
     req_context,
     started,
@@ -89,7 +90,7 @@ def test_the_same_call_again_returns_the_same_record_idempotently_and_writes_not
 
 def test_a_repeat_after_the_commit_repairs_nothing_that_is_not_missing(ctx):
     first = emit(ctx, "panel", "hello", "call-1")
-    services.operation_mark_core_committed(context=ctx.operation, head="h1")
+    services.operation_mark_core_committed(context=ctx.operation, head=head(1))
     before = counts()
     again = emit(ctx, "panel", "hello", "call-1")
     assert again.record_id == first.record_id
@@ -102,7 +103,7 @@ def test_a_repeat_after_the_operation_completed_leaves_its_panel_as_it_was(world
     op = op_context()
     ctx = started(op, decl(save="commit"))
     first = emit(ctx, payload="kept")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_complete(operation_id="op-1", requests=[])
     assert visible() == ["kept"]
     before = counts()
@@ -120,24 +121,24 @@ def test_a_repeat_while_the_core_awaits_materialization_keeps_the_record_pending
     op = op_context()
     ctx = started(op, decl(save="commit"))
     first = emit(ctx, payload="later")
-    services.operation_mark_core_materialization_pending(context=op, head="h1", message="m")
+    services.operation_mark_core_materialization_pending(context=op, head=head(1), message="m")
     before = counts()
 
     assert emit(ctx, payload="later").idempotent
 
     assert counts() == before
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     assert visible() == ["later"]
-    assert Record.objects.get(record_id=first.record_id).bound_head == "h1"
+    assert Record.objects.get(record_id=first.record_id).bound_head == head(1)
 
 
 def test_a_repeat_of_a_pending_record_whose_operation_was_superseded_repairs_its_supersede(world):
     """The seed's `#repairRecordPublication`: a stale record without its supersede gets it
     (`late_superseded_operation_result`, with its request), once."""
-    first = op_context(operation_id="op-1", parent_head="h0")
+    first = op_context(operation_id="op-1", parent_head=head(0))
     ctx = started(first, decl(save="commit"))
     created = emit(ctx, payload="late")  # pending: no event yet
-    services.operation_begin(context=op_context(operation_id="op-2", parent_head="h1"))
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head=head(1)))
     assert not Event.objects.filter(record_id=created.record_id).exists()
 
     again = emit(ctx, payload="late")
@@ -150,7 +151,7 @@ def test_a_repeat_of_a_pending_record_whose_operation_was_superseded_repairs_its
     ]
     assert Record.objects.get(record_id=created.record_id).superseded
     assert services.integrity_check() == []
-    services.operation_mark_core_committed(context=first, head="h1")
+    services.operation_mark_core_committed(context=first, head=head(1))
     assert visible() == []
 
 
@@ -332,7 +333,8 @@ def test_an_emit_over_the_attempts_byte_budget_is_rejected_and_writes_nothing(wo
     result = emit(ctx, payload="123456", tool_call_id="c2")
     assert result.as_dict() == {
         "ok": False,
-        "markdown": REJECTED + "Follow-up request artifacts exceed maxArtifactBytes",
+        "markdown": REJECTED
+        + "This request attempt's artifacts would exceed its max_artifact_bytes (10 bytes)",
     }
     assert counts() == before
     assert emit(ctx, payload="12345", tool_call_id="c3").ok  # exactly the budget
@@ -443,10 +445,10 @@ def test_a_context_naming_another_worlds_operation_is_a_mismatch_whatever_that_w
         ("Artifact clear does not match the frozen operation", services.artifact_clear,
          {"context": other, "output": "panel", "tool_call_id": "c1"}),
         ("Artifact operation is bound to a different frozen payload",
-         services.operation_mark_core_committed, {"context": moved, "head": "h1"}),
+         services.operation_mark_core_committed, {"context": moved, "head": head(1)}),
         ("Artifact operation awaiting materialization does not match the frozen operation",
          services.operation_mark_core_materialization_pending,
-         {"context": moved, "head": "h1", "message": "m"}),
+         {"context": moved, "head": head(1), "message": "m"}),
         ("Artifact follow-up does not match the frozen operation", services.followup_begin,
          {"context": moved}),
     ]:  # fmt: skip
@@ -499,29 +501,29 @@ def test_beginning_an_operation_in_a_missing_world_is_not_found(db):
 
 
 @pytest.mark.parametrize(
-    ("setup", "head", "message"),
+    ("setup", "other", "message"),
     [
-        ("completed", "h2", "Completed artifact operation has a conflicting core head"),
-        ("failed", "h1", "An artifact operation whose core failed cannot be committed again"),
-        ("committed", "h2", "Committed artifact operation has a conflicting core head"),
+        ("completed", head(2), "Completed artifact operation has a conflicting core head"),
+        ("failed", head(1), "An artifact operation whose core failed cannot be committed again"),
+        ("committed", head(2), "Committed artifact operation has a conflicting core head"),
         (
             "pending",
-            "h2",
+            head(2),
             "Artifact operation awaiting materialization has a conflicting core head",
         ),
     ],
 )
-def test_commit_conflicts_are_invariant_errors(ctx, setup, head, message):
+def test_commit_conflicts_are_invariant_errors(ctx, setup, other, message):
     op = ctx.operation
     if setup == "failed":
         services.operation_mark_core_failed(operation_id=op.operation_id)
     elif setup == "pending":
-        services.operation_mark_core_materialization_pending(context=op, head="h1", message="m")
+        services.operation_mark_core_materialization_pending(context=op, head=head(1), message="m")
     else:
-        services.operation_mark_core_committed(context=op, head="h1")
+        services.operation_mark_core_committed(context=op, head=head(1))
         if setup == "completed":
             services.followup_complete(operation_id=op.operation_id, requests=[])
-    _raises(409, message, services.operation_mark_core_committed, context=op, head=head)
+    _raises(409, message, services.operation_mark_core_committed, context=op, head=other)
 
 
 def test_commit_of_a_missing_operation_is_an_invariant_error(world):
@@ -530,7 +532,7 @@ def test_commit_of_a_missing_operation_is_an_invariant_error(world):
         "Core commit is missing an artifact-operation checkpoint",
         services.operation_mark_core_committed,
         context=op_context(),
-        head="h1",
+        head=head(1),
     )
 
 
@@ -558,7 +560,7 @@ def test_materialization_pending_of_a_failed_operation_is_an_invariant_error(ctx
         "An artifact operation whose core failed cannot await materialization",
         services.operation_mark_core_materialization_pending,
         context=ctx.operation,
-        head="h1",
+        head=head(1),
         message="m",
     )
 

@@ -15,7 +15,7 @@ from django.core.cache import caches
 from artifacts import services
 from artifacts.ephemeral import ephemeral_cache
 from artifacts.models import Event, Record
-from tests.artifacts.helpers import decl, emit, op_context, started, visible
+from tests.artifacts.helpers import decl, emit, head, op_context, started, visible
 
 pytestmark = pytest.mark.django_db
 
@@ -83,12 +83,12 @@ def test_a_save_none_panel_and_a_cleared_panel_do_not_come_back_after_a_restart(
     first = op_context(operation_id="op-1")
     ctx1 = started(first, decl("panel", save="commit", strategy="replace"))
     emit(ctx1, "panel", "old durable panel", "c1")
-    services.operation_mark_core_committed(context=first, head="h1")
+    services.operation_mark_core_committed(context=first, head=head(1))
     services.followup_complete(operation_id="op-1", requests=[])
     assert visible() == ["old durable panel"]
 
     # op-2 clears it and shows an ephemeral panel in its place
-    second = op_context(operation_id="op-2", parent_head="h1")
+    second = op_context(operation_id="op-2", parent_head=head(1))
     ctx2 = started(
         second,
         decl("panel", save="commit", strategy="replace"),
@@ -144,7 +144,7 @@ def test_a_superseded_ephemeral_payload_is_dropped_from_the_cache_on_commit(
     op = op_context()
     ctx = started(op, decl("live", save="none"))
     record = Record.objects.get(record_id=emit(ctx, "live", SECRET, "c1").record_id)
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     key = f"hyphae:artifacts:payload:{record.pk}"
     assert ephemeral_cache().get(key) == SECRET
 

@@ -13,7 +13,7 @@ from artifacts import services
 from artifacts.ephemeral import ephemeral_cache
 from artifacts.fingerprints import record_fingerprint
 from artifacts.models import Event, Operation, Record
-from tests.artifacts.helpers import decl, emit, op_context, started, with_attempt
+from tests.artifacts.helpers import decl, emit, head, op_context, started, with_attempt
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ def filled(world):
         "live": emit(ctx, "live", "live text", "c3").record_id,
     }
     services.artifact_clear(context=ctx, output="draft", tool_call_id="c4")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     return records
 
 
@@ -202,7 +202,7 @@ def test_an_operation_in_an_invalid_state_is_reported(filled):
 def test_a_blank_message_the_database_accepts_is_still_an_invalid_state(world):
     op = op_context()
     started(op, decl())
-    services.operation_mark_core_materialization_pending(context=op, head="h1", message="m")
+    services.operation_mark_core_materialization_pending(context=op, head=head(1), message="m")
     Operation.objects.filter(pk="op-1").update(message="   ")
     assert any("operation op-1 is in an invalid state" in p for p in _problems())
 
@@ -247,7 +247,7 @@ def test_the_check_can_be_limited_to_one_world(filled, owner):
     [
         ("supersede", {"reason": ""}, "the supersede event lacks reason"),
         ("supersede", {"reason": "  "}, "the supersede event lacks reason"),
-        ("supersede", {"head": "h1"}, "the supersede event must not carry head"),
+        ("supersede", {"head": head(1)}, "the supersede event must not carry head"),
         ("supersede", {"request_id": "req-1"}, "the supersede event carries a partial request"),
         ("activate", {"head": "h-bogus"}, "the activate event must not carry head"),
         ("activate", {"reason": "bogus"}, "the activate event must not carry reason"),
@@ -261,7 +261,7 @@ def test_the_check_can_be_limited_to_one_world(filled, owner):
         ),
         ("clear", {"reason": ""}, "the clear event lacks reason"),
         ("clear", {"channel": ""}, "the clear event lacks channel"),
-        ("clear", {"head": "h1"}, "the clear event must not carry head"),
+        ("clear", {"head": head(1)}, "the clear event must not carry head"),
         ("clear", {"record_id": "artifact:1:x"}, "the clear event must not carry record_id"),
         ("clear", {"request_attempt": 0}, "the clear event carries a partial request attempt"),
     ],

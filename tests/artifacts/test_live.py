@@ -14,7 +14,7 @@ from artifacts.models import Event
 from artifacts.selectors import artifacts_version
 from conversations.models import Conversation
 from extensions_host.surfaces.live import conversation_digests
-from tests.artifacts.helpers import decl, emit, op_context, started, visible
+from tests.artifacts.helpers import decl, emit, head, op_context, started, visible
 
 pytestmark = pytest.mark.django_db
 
@@ -34,41 +34,41 @@ def _moved(before: tuple[int, str, int], after: tuple[int, str, int]) -> list[bo
 def _open_followup_with_a_commit_panel() -> Callable[[], object]:
     op = op_context()
     emit(started(op, decl(save="commit")), payload="answer")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_begin(context=op)
-    return lambda: services.head_reconcile(world_id="world-1", head="h2")
+    return lambda: services.head_reconcile(world_id="world-1", head=head(2))
 
 
 def _running_operation_panel_then_reconcile() -> Callable[[], object]:
     emit(started(op_context(), decl(save="operation")), payload="draft")
-    return lambda: services.head_reconcile(world_id="world-1", head="h9")
+    return lambda: services.head_reconcile(world_id="world-1", head=head(9))
 
 
 def _running_operation_panel_then_a_new_operation() -> Callable[[], object]:
-    emit(started(op_context(parent_head="h0"), decl(save="operation")), payload="old")
+    emit(started(op_context(parent_head=head(0)), decl(save="operation")), payload="old")
     return lambda: services.operation_begin(
-        context=op_context(operation_id="op-2", parent_head="h1")
+        context=op_context(operation_id="op-2", parent_head=head(1))
     )
 
 
 def _committed_operation_panel_then_complete() -> Callable[[], object]:
     op = op_context()
     emit(started(op, decl(save="operation")), payload="draft")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     return lambda: services.followup_complete(operation_id="op-1", requests=["r"])
 
 
 def _transient_panel_then_followup_begin() -> Callable[[], object]:
     op = op_context()
     emit(started(op, decl(save="operation", strategy="transient")), payload="working")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     return lambda: services.followup_begin(context=op)
 
 
 def _transient_panel_then_followup_resume() -> Callable[[], object]:
     op = op_context()
     emit(started(op, decl(save="operation", strategy="transient")), payload="working")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_begin(context=op)
     return lambda: services.followup_resume(operation_id="op-1")
 
@@ -77,7 +77,7 @@ def _transient_panel_then_materialization_pending() -> Callable[[], object]:
     op = op_context()
     emit(started(op, decl(save="operation", strategy="transient")), payload="working")
     return lambda: services.operation_mark_core_materialization_pending(
-        context=op, head="h1", message="awaiting"
+        context=op, head=head(1), message="awaiting"
     )
 
 
@@ -126,7 +126,7 @@ def test_a_call_without_an_event_tells_the_watchers_after_its_commit(
 def test_a_retry_that_changes_nothing_moves_nothing(world):
     op = op_context()
     started(op, decl())
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_begin(context=op)
     before = _marks()
 

@@ -10,6 +10,7 @@ from core.errors import HostError
 from tests.artifacts.helpers import (
     decl,
     emit,
+    head,
     op_context,
     req_context,
     started,
@@ -29,12 +30,12 @@ def test_an_emit_before_commit_stays_pending_and_appears_after_core_commit(world
     assert status_of(result.record_id) == "pending"
     assert visible() == []
 
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
 
     assert status_of(result.record_id) == "active"
     assert visible() == ["the answer"]
     record = Record.objects.get(record_id=result.record_id)
-    assert record.bound_head == "h1"
+    assert record.bound_head == head(1)
     kinds = list(Event.objects.order_by("sequence").values_list("kind", flat=True))
     assert kinds == ["bind_head", "activate"]
 
@@ -42,19 +43,19 @@ def test_an_emit_before_commit_stays_pending_and_appears_after_core_commit(world
 def test_an_emit_after_commit_is_bound_to_the_head_and_active_at_once(world):
     op = op_context()
     ctx = started(op, decl(save="commit"))
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     result = emit(ctx)
     assert status_of(result.record_id) == "active"
-    assert Record.objects.get(record_id=result.record_id).bound_head == "h1"
+    assert Record.objects.get(record_id=result.record_id).bound_head == head(1)
 
 
 def test_committing_again_with_the_same_head_only_repairs(world):
     op = op_context()
     ctx = started(op, decl())
     emit(ctx)
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     events = Event.objects.count()
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     assert Event.objects.count() == events
     assert visible() == ["hello"]
 
@@ -74,26 +75,26 @@ def test_a_second_operation_supersedes_new_operation_records_and_open_followups(
     )
     volatile = emit(ctx1, "volatile", "v1", "c1")
     durable = emit(ctx1, "durable", "d1", "c2")
-    services.operation_mark_core_committed(context=first, head="h1")
+    services.operation_mark_core_committed(context=first, head=head(1))
     services.followup_complete(operation_id="op-1", requests=[])
     assert visible() == ["v1", "d1"]
 
-    services.operation_begin(context=op_context(operation_id="op-2", parent_head="h1"))
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head=head(1)))
 
     assert status_of(volatile.record_id) == "superseded"
     assert status_of(durable.record_id) == "active"
     assert visible() == ["d1"]
 
     # op-2 commits and leaves its follow-up open; op-3 supersedes all of op-2's records
-    second = op_context(operation_id="op-2", parent_head="h1")
+    second = op_context(operation_id="op-2", parent_head=head(1))
     ctx2 = req_context(second, decl("durable", channel="side"))
     services.request_attempt_begin(context=ctx2)
     kept = emit(ctx2, "durable", "d2", "c3")
-    services.operation_mark_core_committed(context=second, head="h2")
+    services.operation_mark_core_committed(context=second, head=head(2))
     services.followup_begin(context=second)
     assert visible() == ["d1", "d2"]
 
-    services.operation_begin(context=op_context(operation_id="op-3", parent_head="h2"))
+    services.operation_begin(context=op_context(operation_id="op-3", parent_head=head(2)))
 
     op2 = Operation.objects.get(pk="op-2")
     assert (op2.followup_status, op2.projection_status) == ("superseded", "superseded")
@@ -126,8 +127,8 @@ def test_a_new_operation_superseding_many_records_writes_every_event_in_order(wo
 def test_an_open_followup_without_records_is_superseded_by_a_new_operation(world):
     first = op_context(operation_id="op-1")
     services.operation_begin(context=first)
-    services.operation_mark_core_committed(context=first, head="h1")
-    services.operation_begin(context=op_context(operation_id="op-2", parent_head="h1"))
+    services.operation_mark_core_committed(context=first, head=head(1))
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head=head(1)))
     op1 = Operation.objects.get(pk="op-1")
     assert op1.followup_status == "superseded"
 
@@ -141,14 +142,14 @@ def test_a_head_change_supersedes_head_change_records(world):
     )
     bound = emit(ctx, "bound", "b", "c1")
     lasting = emit(ctx, "lasting", "l", "c2")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_complete(operation_id="op-1", requests=[])
     assert visible() == ["b", "l"]
 
-    result = services.head_reconcile(world_id="world-1", head="h1")
+    result = services.head_reconcile(world_id="world-1", head=head(1))
     assert result.superseded_records == []  # same head: nothing changes
 
-    result = services.head_reconcile(world_id="world-1", head="h2")
+    result = services.head_reconcile(world_id="world-1", head=head(2))
 
     assert result.superseded_records == [bound.record_id]
     assert status_of(bound.record_id) == "superseded"
@@ -157,10 +158,10 @@ def test_a_head_change_supersedes_head_change_records(world):
 
 
 def test_a_new_operation_on_another_parent_head_supersedes_an_open_running_operation(world):
-    running = op_context(operation_id="op-1", parent_head="h0")
+    running = op_context(operation_id="op-1", parent_head=head(0))
     ctx = started(running, decl(save="operation"))
     emit(ctx, payload="in flight")
-    services.operation_begin(context=op_context(operation_id="op-2", parent_head="h5"))
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head=head(5)))
     op1 = Operation.objects.get(pk="op-1")
     assert (op1.status, op1.projection_status) == ("running", "superseded")
     assert visible() == []
@@ -272,10 +273,10 @@ def test_a_clear_by_an_attempt_that_is_later_superseded_is_undone(world):
     first = op_context(operation_id="op-1")
     ctx1 = started(first, decl(save="commit"))
     emit(ctx1, payload="kept")
-    services.operation_mark_core_committed(context=first, head="h1")
+    services.operation_mark_core_committed(context=first, head=head(1))
     services.followup_complete(operation_id="op-1", requests=[])
 
-    second = op_context(operation_id="op-2", parent_head="h1")
+    second = op_context(operation_id="op-2", parent_head=head(1))
     ctx2 = started(second, decl(save="commit"))
     services.artifact_clear(context=ctx2, output="panel", tool_call_id="c9")
     assert visible() == []
@@ -327,7 +328,7 @@ def test_save_operation_records_disappear_when_the_operation_completes(world):
     ctx = started(op, decl("draft", save="operation"), decl("final", channel="f", save="commit"))
     emit(ctx, "draft", "draft", "c1")
     emit(ctx, "final", "final", "c2")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     assert visible() == ["draft", "final"]
     services.followup_complete(operation_id="op-1", requests=["r"])
     assert visible() == ["final"]
@@ -338,7 +339,7 @@ def test_transient_records_show_only_while_the_operation_is_live(world):
     ctx = started(op, decl("spinner", save="operation", strategy="transient"))
     emit(ctx, "spinner", "working", "c1")
     assert visible() == ["working"]  # running
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     assert visible() == []  # committed, follow-up not started
     services.followup_begin(context=op)
     assert visible() == ["working"]  # follow-up running
@@ -357,7 +358,7 @@ def test_complete_followup_supersedes_save_none_and_operation_end_records(world)
     live = emit(ctx, "live", "ephemeral", "c1")
     ending = emit(ctx, "ending", "ends", "c2")
     lasting = emit(ctx, "lasting", "lasts", "c3")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_begin(context=op)
     assert visible() == ["ephemeral", "ends", "lasts"]
 
@@ -385,7 +386,7 @@ def test_fail_followup_supersedes_save_none_and_operation_end_records(world):
     ctx = started(op, decl("live", save="none"), decl("kept", channel="k"))
     emit(ctx, "live", "ephemeral", "c1")
     emit(ctx, "kept", "kept", "c2")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     summary = services.followup_fail(
         operation_id="op-1", status="budget_exceeded", message="out of budget", requests=[]
     )
@@ -397,7 +398,7 @@ def test_fail_followup_supersedes_save_none_and_operation_end_records(world):
 def test_resume_of_an_open_followup_requires_recovery(world):
     op = op_context()
     started(op, decl())
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_begin(context=op)
 
     summary = services.followup_resume(operation_id="op-1")
@@ -413,7 +414,7 @@ def test_resume_of_a_running_or_completed_operation_changes_nothing(world):
     op = op_context()
     started(op, decl())
     assert services.followup_resume(operation_id="op-1").status == "not_started"
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_complete(operation_id="op-1", requests=[])
     assert services.followup_resume(operation_id="op-1").status == "completed"
 
@@ -455,16 +456,16 @@ def test_materialization_pending_then_commit_recovers_the_followup(world):
     ctx = started(op, decl())
     emit(ctx)
     pending = services.operation_mark_core_materialization_pending(
-        context=op, head="h1", message="waiting for the transcript"
+        context=op, head=head(1), message="waiting for the transcript"
     )
     assert (pending.status, pending.core_committed, pending.head) == (
         "recovery_required",
         True,
-        "h1",
+        head(1),
     )
     assert visible() == []
 
-    operation = services.operation_mark_core_committed(context=op, head="h1")
+    operation = services.operation_mark_core_committed(context=op, head=head(1))
 
     assert (operation.status, operation.followup_status, operation.message) == (
         "core_committed",
@@ -476,10 +477,10 @@ def test_materialization_pending_then_commit_recovers_the_followup(world):
 
 def test_followup_summaries_leave_out_failed_and_quietly_completed_operations(world):
     for op_id in ("op-a", "op-b", "op-c"):
-        services.operation_begin(context=op_context(operation_id=op_id, parent_head="h0"))
+        services.operation_begin(context=op_context(operation_id=op_id, parent_head=head(0)))
     services.operation_mark_core_failed(operation_id="op-a")
-    op_b = op_context(operation_id="op-b", parent_head="h0")
-    services.operation_mark_core_committed(context=op_b, head="h0")
+    op_b = op_context(operation_id="op-b", parent_head=head(0))
+    services.operation_mark_core_committed(context=op_b, head=head(0))
     services.followup_complete(operation_id="op-b", requests=[])
     from artifacts.selectors import followup_operations
 
@@ -498,7 +499,7 @@ def test_the_artifacts_version_grows_with_every_change(world):
     versions.append(artifacts_version(world_id="world-1"))
     emit(ctx)  # record only: pending
     versions.append(artifacts_version(world_id="world-1"))
-    services.operation_mark_core_committed(context=op, head="h1")  # bind_head + activate
+    services.operation_mark_core_committed(context=op, head=head(1))  # bind_head + activate
     versions.append(artifacts_version(world_id="world-1"))
     assert versions[0] == 0
     assert versions == sorted(set(versions)), versions  # each change moved it
@@ -514,7 +515,7 @@ def test_an_artifact_change_bumps_the_conversation_version_for_live_views(world)
     ctx = started(op, decl(save="commit"))
     emit(ctx, payload="first")
     before = version()
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     assert version() > before  # bind + activate reach the event stream
     before = version()
     emit(ctx, payload="second", tool_call_id="call-2")
@@ -525,11 +526,11 @@ def test_reconciling_to_another_head_supersedes_an_open_followup(world):
     op = op_context()
     ctx = started(op, decl(save="commit"))
     emit(ctx, payload="answer")
-    services.operation_mark_core_committed(context=op, head="h1")
+    services.operation_mark_core_committed(context=op, head=head(1))
     services.followup_begin(context=op)
     assert visible() == ["answer"]
 
-    result = services.head_reconcile(world_id="world-1", head="h2")
+    result = services.head_reconcile(world_id="world-1", head=head(2))
 
     assert result.superseded_operations == ["op-1"]
     op1 = Operation.objects.get(pk="op-1")
@@ -541,7 +542,7 @@ def test_reconciling_to_another_head_supersedes_an_open_followup(world):
     assert op1.message == "This follow-up was superseded by a newer head"
     assert visible() == []
     # the same head again finds nothing left to do
-    again = services.head_reconcile(world_id="world-1", head="h2")
+    again = services.head_reconcile(world_id="world-1", head=head(2))
     assert (again.superseded_records, again.superseded_operations) == ([], [])
 
 
@@ -554,7 +555,7 @@ def test_reconciling_with_an_excepted_operation_leaves_that_operation_alone(worl
     kept = emit(ctx2, "bound", "two", "c2")
     assert visible() == ["one", "two"]
 
-    result = services.head_reconcile(world_id="world-1", head="h9", except_operation_id="op-2")
+    result = services.head_reconcile(world_id="world-1", head=head(9), except_operation_id="op-2")
 
     assert result.superseded_records == [old.record_id]
     assert result.superseded_operations == ["op-1"]
@@ -585,7 +586,7 @@ def test_beginning_an_older_operation_again_leaves_a_newer_open_followup(world):
     second = op_context(operation_id="op-2")
     ctx2 = started(second, decl(save="commit"))
     emit(ctx2, payload="newer")
-    services.operation_mark_core_committed(context=second, head="h1")
+    services.operation_mark_core_committed(context=second, head=head(1))
     services.followup_begin(context=second)
     assert visible() == ["newer"]
 

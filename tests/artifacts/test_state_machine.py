@@ -17,12 +17,12 @@ from artifacts.models import (
 )
 from artifacts.state import operation_state_problem, request_attempts_problem
 from core.errors import HostError
-from tests.artifacts.helpers import op_context
+from tests.artifacts.helpers import head, op_context
 
 STATUSES = OperationStatus.values
 FOLLOWUPS = FollowupStatus.values
 PROJECTIONS = ProjectionStatus.values
-HEADS = ["", "h1"]
+HEADS = ["", head(1)]
 MESSAGES = ["", "why"]
 REQUESTS = [[], ["r1"]]
 
@@ -80,18 +80,18 @@ def test_the_database_constraint_refuses_every_invalid_combination(world):
     World.objects.create(conversation=world)
     mismatches = []
     for index, combination in enumerate(ALL):
-        status, followup, projection, head, message, requests = combination
+        status, followup, projection, bound, message, requests = combination
         row = Operation(
             id=f"op-{index}",
             world_id=world.pk,
-            parent_head="h0",
+            parent_head=head(0),
             preset_id="p",
             preset_revision="r",
             preset_scripts_enabled=False,
             status=status,
             followup_status=followup,
             projection_status=projection,
-            head=head,
+            head=bound,
             message=message,
             completed_requests=requests,
         )
@@ -114,7 +114,7 @@ def test_the_database_refuses_an_unknown_projection_status(world):
         Operation.objects.create(
             id="op",
             world_id=world.pk,
-            parent_head="h0",
+            parent_head=head(0),
             preset_id="p",
             preset_revision="r",
             preset_scripts_enabled=False,
@@ -131,7 +131,7 @@ def test_blank_heads_and_messages_count_as_absent(field, value):
         "status": "core_materialization_pending",
         "followup_status": "recovery_required",
         "projection_status": "active",
-        "head": "h1",
+        "head": head(1),
         "message": "waiting",
         "completed_requests": [],
     }
@@ -152,13 +152,13 @@ def test_malformed_request_attempts_are_invalid(attempts):
 def test_a_service_write_into_an_invalid_state_is_an_invariant_error_and_changes_nothing(world):
     # op-1 is running when op-2 begins on another head: op-1's projection is superseded.
     # Awaiting materialization requires an active projection, so that write is refused.
-    services.operation_begin(context=op_context(operation_id="op-1", parent_head="h0"))
-    services.operation_begin(context=op_context(operation_id="op-2", parent_head="h9"))
+    services.operation_begin(context=op_context(operation_id="op-1", parent_head=head(0)))
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head=head(9)))
     before = Operation.objects.get(pk="op-1")
 
     with pytest.raises(HostError) as caught:
         services.operation_mark_core_materialization_pending(
-            context=op_context(operation_id="op-1", parent_head="h0"), head="h1", message="m"
+            context=op_context(operation_id="op-1", parent_head=head(0)), head=head(1), message="m"
         )
 
     assert caught.value.status == 409

@@ -13,7 +13,7 @@ from core import clock
 from core.models import AuditEntry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import extension_stop, run_frame
-from tests.artifacts.helpers import decl, emit, op_context, started
+from tests.artifacts.helpers import decl, emit, newest_head, op_context, started
 
 from .conftest import Host, log_in
 
@@ -169,12 +169,14 @@ def test_an_html_artifact_with_a_script_does_not_run_unless_its_preset_enables_s
         operation = op_context(
             world_id="art",
             operation_id=f"op-{n}",
-            parent_head=f"h{n}",
+            parent_head=newest_head("art"),
             preset_scripts_enabled=scripts,
         )
         context = started(operation, decl(f"page{n}", content_type="text/html"))
         emit(context, f"page{n}", payload, f"call-{n}")
-        artifact_services.operation_mark_core_committed(context=operation, head=f"h{n + 1}")
+        artifact_services.operation_mark_core_committed(
+            context=operation, head=operation.parent_head
+        )
         artifact_services.followup_complete(operation_id=f"op-{n}", requests=[])
 
     frames = page.locator("#part-artifacts iframe.html-artifact")
@@ -209,3 +211,28 @@ def test_without_the_event_stream_the_inspector_falls_back_to_polling(page: Page
         "Seen by polling", timeout=30_000
     )
     assert still_same_page(page), "the page was reloaded"
+
+
+def test_the_api_docs_render_from_this_origin_under_the_strict_policy(page: Page, host: Host):
+    # Swagger UI's files come from the host (drf-spectacular-sidecar), its script is a separate
+    # request: no CDN, and nothing the Content-Security-Policy blocks
+    outside, refused = [], []
+    page.on(
+        "request",
+        lambda request: outside.append(request.url)
+        if not request.url.startswith(host.url)
+        else None,
+    )
+    page.on(
+        "console",
+        lambda message: refused.append(message.text)
+        if "Content Security Policy" in message.text
+        else None,
+    )
+    response = page.goto(f"{host.url}/v1/docs")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    expect(page.locator(".opblock-tag").first).to_be_visible()
+    events = page.locator("[data-path='/v1/conversations/{conversation_id}/events']")
+    expect(events.first).to_be_attached()
+    assert outside == []
+    assert refused == []

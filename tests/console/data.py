@@ -26,7 +26,7 @@ from extensions_host.contributions.models import (
 from extensions_host.contributions.models import Notification as OutboxNotification
 from extensions_host.contributions.services.stores import secret_set
 from extensions_host.surfaces.models import ToolCallResult
-from tests.artifacts.helpers import decl, emit, op_context, started
+from tests.artifacts.helpers import decl, emit, newest_head, op_context, started
 from tests.conversations.conftest import Kit
 
 from .conftest import in_frame, stop
@@ -121,7 +121,7 @@ def fill_host(owner: Any) -> Host:
     secret_set(extension_id="keeper", key="api_token", value=SECRET_VALUE)
     audit_record(actor="staff", action="extension_settings_edited", target="keeper")
 
-    operation = op_context(world_id="c1")
+    operation = op_context(world_id="c1", parent_head=newest_head("c1"))
     context = started(
         operation,
         decl("notes", save="operation"),
@@ -131,5 +131,5 @@ def fill_host(owner: Any) -> Host:
     emit(context, "notes", "# Plan\n\n*bold* move", "call-1")
     emit(context, "data", {"steps": 3}, "call-2")
     html = emit(context, "page", "<p id='x'>hi</p>", "call-3")
-    artifact_services.operation_mark_core_committed(context=operation, head="h1")
+    artifact_services.operation_mark_core_committed(context=operation, head=operation.parent_head)
     return Host(conversation=conversation, html_record_id=html.record_id)

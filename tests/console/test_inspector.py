@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from artifacts import services as artifact_services
-from tests.artifacts.helpers import decl, emit, op_context, started
+from tests.artifacts.helpers import decl, emit, newest_head, op_context, started
 
 from .conftest import STOP_REASON
 from .data import fill_host
@@ -41,6 +41,7 @@ def part(html: str, name: str) -> str:
 def artifacts_of(world: str, *items: tuple[str, str, Any], scripts: bool = False) -> dict:
     """Emit artifacts (name, content type, payload) in one committed operation."""
     operation = op_context(world_id=world, operation_id=f"op-{world}-{scripts}",
+                           parent_head=newest_head(world),
                            preset_scripts_enabled=scripts)  # fmt: skip
     context = started(
         operation,
@@ -49,7 +50,7 @@ def artifacts_of(world: str, *items: tuple[str, str, Any], scripts: bool = False
     ids = {}
     for n, (name, _, payload) in enumerate(items):
         ids[name] = emit(context, name, payload, f"call-{n}").record_id
-    artifact_services.operation_mark_core_committed(context=operation, head="h1")
+    artifact_services.operation_mark_core_committed(context=operation, head=operation.parent_head)
     return ids
 
 

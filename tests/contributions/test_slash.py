@@ -7,6 +7,7 @@ import pytest
 
 from conversations.models import Conversation, Entry
 from core.models import LifecycleEvent
+from extensions_host.contributions.services.slash import ARGS_MAX, MSG_ARGS_TOO_LONG
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame
 from extensions_host.sdk import CommandError, Retry
@@ -209,3 +210,24 @@ def test_an_unavailable_extension_s_command_answers_as_an_extension_command_does
     assert response.status_code == 503
     assert response.json()["error"]["message"] == message
     assert exts.calls == []
+
+
+@pytest.mark.parametrize("name", ["todo", "rename"])
+def test_over_long_arguments_answer_the_documented_400_before_the_handler(
+    install, api, owner, conversation, name
+):
+    install(make_slash_ext())
+    conversation("c1")
+    client = api(owner)
+
+    response = run(client, "c1", name, "a" * (ARGS_MAX + 1))
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "category": "contract",
+        "cause": "invalid",
+        "message": MSG_ARGS_TOO_LONG,
+        "details": {"args": [MSG_ARGS_TOO_LONG]},
+    }
+    assert exts.calls == []
+    assert run(client, "c1", "todo", "a" * ARGS_MAX).status_code == 200  # the bound itself is fine

@@ -236,6 +236,24 @@ def test_hostile_path_and_query_values_are_answered_cleanly(setup, api, owner):
     )
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("limit=0", "limit"),
+        ("limit=abc", "limit"),
+        ("archived=maybe", "archived"),
+    ],
+)
+def test_bad_query_parameters_say_so_naming_the_parameter(setup, api, owner, query, field):
+    response = api(owner).get(f"/v1/conversations?{query}")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["category"], error["cause"]) == ("contract", "invalid")
+    assert error["message"] == "Query parameters are invalid"
+    assert list(error["details"]) == [field]
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4)

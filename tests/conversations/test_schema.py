@@ -114,13 +114,46 @@ def schema():
 def test_every_endpoint_is_documented_with_every_status(schema):
     for (path, method), statuses in OPERATIONS.items():
         operation = schema["paths"][path][method]
-        # every write a principal's rate can refuse also documents 429 (core.schema)
+        # every write a principal's rate can refuse also documents 429, and every operation
+        # its 406 for an Accept that allows no JSON (core.schema)
         throttled = {"429"} if method != "get" else set()
-        assert set(operation["responses"]) == statuses | throttled, (path, method)
+        assert set(operation["responses"]) == statuses | throttled | {"406"}, (path, method)
         for code, response in operation["responses"].items():
             if code.startswith(("4", "5")):
                 ref = response["content"]["application/json"]["schema"]["$ref"]
                 assert ref.endswith("/Error"), (path, method, code)
+
+
+def test_every_api_operation_documents_its_406_as_it_answers_it(schema, api, owner):
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if method in {"get", "post", "put", "patch", "delete"} and not operation.get(
+                "x-streaming"
+            ):
+                assert "406" in operation["responses"], (path, method)
+    response = api(owner).get("/v1/conversations", HTTP_ACCEPT="application/xml")
+    assert response.status_code == 406
+    assert (response.json()["error"]["category"], response.json()["error"]["cause"]) == (
+        "contract",
+        "invalid",
+    )
+
+
+def test_error_responses_document_the_headers_the_server_sends(schema, api, owner):
+    documented = []
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+            for code, header in (("401", "WWW-Authenticate"), ("429", "Retry-After"),
+                                 ("503", "Retry-After")):  # fmt: skip
+                if code in responses:
+                    assert header in responses[code].get("headers", {}), (code, operation)
+                    documented.append(code)
+    assert {"401", "429", "503"} <= set(documented)
+    # and the server sends them
+    unauthenticated = api(None).post("/v1/conversations", {}, format="json")
+    assert unauthenticated.status_code == 401
+    assert unauthenticated["WWW-Authenticate"] == 'Bearer realm="hyphae"'
 
 
 def test_request_bodies_are_exact_components(schema):

@@ -126,7 +126,7 @@ def test_the_openapi_schema_is_served():
     assert response.status_code == 200
 
 
-def test_writes_over_the_rate_are_throttled_with_retry_after(api, owner):
+def test_writes_over_the_rate_are_throttled_with_retry_after(api, owner, fake_clock):
     from django.core.cache import cache
 
     from core.throttling import WriteRateThrottle

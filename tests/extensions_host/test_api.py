@@ -117,7 +117,11 @@ def test_a_write_in_project_stops_that_slot_only_in_the_same_response(
 @pytest.mark.parametrize(
     ("project", "reason"),
     [
-        (lambda ctx, cid: {"count": "many"}, "project defect: Extension projection is invalid"),
+        (
+            lambda ctx, cid: {"count": "many"},
+            "project defect: Extension projection is invalid: count: Input should be a valid"
+            " integer, unable to parse string as an integer",
+        ),
         (lambda ctx, cid: 1 / 0, "project defect: division by zero"),
     ],
 )

@@ -202,7 +202,11 @@ def test_a_defect_stops_the_extension_and_answers_503_with_the_reason(setup, api
 @pytest.mark.parametrize(
     ("name", "reason"),
     [
-        ("bad-output", "command bad-output defect: Extension command output is invalid"),
+        (
+            "bad-output",
+            "command bad-output defect: Extension command output is invalid: key: Field required"
+            " (and 1 more)",
+        ),
         ("not-json", "command not-json defect: Extension command result is not JSON"),
     ],
 )
@@ -244,10 +248,16 @@ def test_an_extension_not_granted_commands_is_503_unavailable(setup, api):
     assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")
 
 
-def test_an_unknown_extension_is_503_unavailable(setup, api):
-    response = api(setup).post(url("add", ext="ghost-ext"), {}, format="json")
+@pytest.mark.parametrize("cid", ["c1", None], ids=["conversation", "global"])
+def test_an_extension_not_in_the_roster_is_404_as_everywhere_else(setup, api, cid):
+    client = api(setup)
+    response = client.post(url("add", cid=cid, ext="ghost-ext"), {}, format="json")
 
-    assert error_of(response) == (503, "extensions", "unavailable", "Extension is unavailable")
+    assert error_of(response) == (404, "store", "not_found", "Not found")
+    assert "Retry-After" not in response
+    assert client.get("/v1/extensions/ghost-ext").status_code == 404
+    # an id no extension could have is not found either, without a query
+    assert client.post(url("add", cid=cid, ext="Bad%00Id"), {}, format="json").status_code == 404
 
 
 def test_grants_not_admitted_by_staff_are_503_unavailable(
@@ -488,6 +498,56 @@ def test_an_idempotency_key_over_256_characters_is_400(setup, api):
     )
 
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize("key", ["", "k" * 257, "a\x00b"])
+def test_an_idempotency_key_outside_1_to_256_characters_is_400_with_its_message(setup, api, key):
+    response = api(setup).post(url("add"), {"key": "k"}, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+    assert error_of(response) == (
+        400, "contract", "invalid", "Idempotency-Key must be 1..256 characters",
+    )  # fmt: skip
+
+
+def test_an_idempotency_key_is_remembered_per_user_command_and_conversation(
+    setup, api, conversation, member
+):
+    """docs/extending.md §2.8: the same key elsewhere is a new call, not a replay."""
+    client = api(setup)
+    conversation("c2")
+    headers = {"HTTP_IDEMPOTENCY_KEY": "same"}
+
+    first = client.post(url("add"), {"key": "k", "n": 1}, format="json", **headers)
+    other_conversation = client.post(
+        url("add", "c2"), {"key": "k", "n": 1}, format="json", **headers
+    )
+    global_owner = client.post(url("stats", None), {}, format="json", **headers)
+    global_member = api(member).post(url("stats", None), {}, format="json", **headers)
+    replayed = client.post(url("add"), {"key": "k", "n": 1}, format="json", **headers)
+
+    for response in (first, other_conversation, global_owner, global_member):
+        assert response.status_code == 200, response.json()
+        assert "Idempotent-Replayed" not in response
+    assert other_conversation.json() == {"key": "k", "total": 2}  # the handler ran again
+    assert global_member.json()["caller"] == member.get_username()
+    assert replayed["Idempotent-Replayed"] == "true"
+
+
+def test_the_reference_states_the_idempotency_key_bound_and_lifetime():
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from core.services import IDEMPOTENCY_TTL
+
+    doc = (Path(settings.BASE_DIR) / "docs" / "extending.md").read_text()
+    hours = int(IDEMPOTENCY_TTL.total_seconds() // 3600)
+    row = (
+        f"| command `Idempotency-Key` | 1..{command_service.MAX_IDEMPOTENCY_KEY} characters (400);"
+    )
+    assert f"{row} remembered {hours} hours |" in doc
+    assert command_service.MSG_IDEMPOTENCY_KEY_INVALID in doc
+    assert command_service.MSG_IDEMPOTENCY_CONFLICT in doc
 
 
 def test_a_stopped_extension_without_the_grant_answers_for_the_grant_first(setup, api):

@@ -13,6 +13,7 @@ from core.validation import PROBLEM_NOT_UNICODE, PROBLEM_NUL
 from extensions_host import registry
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import run_frame
+from extensions_host.runtime.stops import REASON_MAX
 from extensions_host.sdk import Collection, Extension
 from extensions_host.services import migrations
 from extensions_host.services.quotas import usage_totals
@@ -132,7 +133,9 @@ def test_a_failing_step_leaves_every_record_untouched_and_stops_only_that_extens
     assert snapshot("todos") == before
     row = roster("todos")
     assert row.status == ExtensionStatus.STOPPED
-    assert row.reason == "migration: state migration from version 2 failed: cannot rename"
+    assert row.reason == (
+        "migration: state migration from version 2 failed: ValueError: cannot rename"
+    )
     assert row.failing_hook == "migration"
     assert row.state_version == 1
     assert roster("beta").status == ExtensionStatus.RUNNING
@@ -150,7 +153,49 @@ def test_a_result_naming_an_undeclared_collection_or_invalid_value_writes_nothin
 
     install(v3(s2=lambda row: [row | {"collection": "task", "value": {"id": 1}}]), make_ext("beta"))
     assert snapshot("todos") == before
-    assert roster("todos").reason == "migration: a migrated task record is invalid"
+    assert roster("todos").reason == (
+        "migration: a migrated task record 'a-1' is invalid: id: Input should be a valid string"
+        " (and 2 more)"
+    )
+
+
+def test_a_step_raising_a_key_error_names_the_error_type(install):
+    before = seed_v1(install)
+
+    install(v3(s2=lambda row: [{**row, "value": {"body": row["value"]["txt"]}}]))
+
+    assert snapshot("todos") == before
+    assert roster("todos").reason == (
+        "migration: state migration from version 2 failed: KeyError: 'txt'"
+    )
+
+
+def test_an_invalid_migrated_record_names_its_key_and_first_field(install):
+    seed_v1(install)
+
+    def drop_parent(row: dict[str, Any]) -> list[dict[str, Any]]:
+        value = {k: v for k, v in row["value"].items() if k != "parent"}
+        return [row | {"collection": "task", "value": value}]
+
+    install(v3(s2=drop_parent))
+
+    assert roster("todos").reason == (
+        "migration: a migrated task record 'a-1' is invalid: parent: Field required"
+    )
+
+
+def test_a_long_key_in_an_invalid_record_reason_is_cut(install):
+    seed_v1(install)
+    long_key = "k" * 256
+
+    install(v3(s2=lambda row: [{"collection": "task", "key": long_key, "value": {}}]))
+
+    reason = roster("todos").reason
+    quoted = repr(long_key)[: migrations.KEY_IN_REASON_MAX - 1] + "…"
+    assert reason == (
+        f"migration: a migrated task record {quoted} is invalid: id: Field required (and 2 more)"
+    )
+    assert len(reason) <= REASON_MAX
 
 
 def test_a_missing_step_stops_with_a_migration_reason(install):
@@ -223,7 +268,9 @@ def sync_goes_on_for_the_others() -> None:
         ),
         (
             lambda row: [row | {"collection": "task", "value": row["value"] | {"text": "\ud800"}}],
-            "migration: a migrated task record is invalid",
+            "migration: a migrated task record 'a-1' is invalid: Error serializing to JSON: "
+            "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800' in position 0: "
+            "surrogates not allowed",
         ),
     ],
     ids=[

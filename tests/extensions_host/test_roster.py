@@ -329,7 +329,9 @@ def test_resume_reattempts_a_failed_migration_and_stays_stopped_if_it_fails_agai
     row = extension_resume(extension_id="m", actor="staff")
 
     assert row.status == ExtensionStatus.STOPPED
-    assert row.reason == "migration: state migration from version 1 failed: still broken"
+    assert row.reason == (
+        "migration: state migration from version 1 failed: ValueError: still broken"
+    )
     assert roster("m").state_version == 1
 
 

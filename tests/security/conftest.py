@@ -145,13 +145,15 @@ def build_world(installed, kit, owner, api) -> Callable[[str], World]:
         kit.submit("b", request_id="s2")
         live = kit.claim("b")
         runtime = api("service")
+        # a head names an entry of the world's conversation (spec 06)
+        head = {"parent_head": str(settled.answer_entry_id)}
         for path, body in (
-            ("operations", {"context": OPERATION_CONTEXT}),
-            ("attempts", {"context": REQUEST_CONTEXT}),
+            ("operations", {"context": {**OPERATION_CONTEXT, **head}}),
+            ("attempts", {"context": {**REQUEST_CONTEXT, **head}}),
             (
                 "emit",
                 {
-                    "context": REQUEST_CONTEXT,
+                    "context": {**REQUEST_CONTEXT, **head},
                     "output": "panel",
                     "payload": "hello",
                     "tool_call_id": "call-0",

@@ -33,7 +33,7 @@ def test_an_unusable_interaction_call_id_is_not_found(build_world, api, owner, c
 
 @pytest.mark.parametrize("value", UNUSABLE)
 @pytest.mark.parametrize("key", [None, "k1"])
-def test_an_unusable_extension_id_is_an_unavailable_extension(build_world, api, owner, value, key):
+def test_an_unusable_extension_id_is_not_found(build_world, api, owner, value, key):
     build_world("private")
     client = api(owner)
     headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
@@ -42,8 +42,8 @@ def test_an_unusable_extension_id_is_an_unavailable_extension(build_world, api, 
         f"/v1/conversations/c/extensions/{value}/commands/note",
     ):
         response = client.post(path, {}, format="json", **headers)
-        # what spec 04 answers for any extension that is not there (not granted `commands`)
-        assert error_of(response) == (503, "unavailable", "Extension is unavailable"), path
+        # an extension the roster does not hold is not found, as `GET /v1/extensions/{id}`
+        assert error_of(response) == (404, "not_found", "Not found"), path
     assert not IdempotencyResult.objects.exists()
 
 

@@ -23,7 +23,7 @@ from conversations.models import Conversation
 from conversations.services import Origin, submission_admit
 from core import clock
 from core.services import token_create
-from extensions_host.surfaces.live import changed_kinds, conversation_digests
+from extensions_host.surfaces.live import KINDS, changed_kinds, conversation_digests
 
 from .conftest import in_frame
 from .exts import make_ext
@@ -295,3 +295,20 @@ def test_the_event_stream_is_in_the_openapi_schema_marked_as_streaming(api, owne
 
     assert operation["x-streaming"] is True
     assert "text/event-stream" in operation["responses"]["200"]["content"]
+
+
+def test_the_event_stream_is_secured_and_documented_like_the_conversation_view(api, owner):
+    schema = api(owner).get("/v1/schema?format=json").json()
+    operation = schema["paths"]["/v1/conversations/{conversation_id}/events"]["get"]
+    view = schema["paths"]["/v1/conversations/{conversation_id}"]["get"]
+
+    # generated clients send the same credentials as for the conversation itself
+    assert operation["security"] == view["security"]
+    assert {"bearerAuth": []} in operation["security"]
+    description = operation["description"]
+    for needed in ("event: change", "event: gone", "event: unavailable", "retry:", "Last-Event-ID"):
+        assert needed in description, needed
+    for kind in KINDS:
+        assert f"`{kind}`" in description, kind
+    assert "EventSource" in description and "session cookie" in description
+    assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]

@@ -232,4 +232,56 @@ def test_the_list_endpoint_shows_the_conversations_interactions_to_readers(
     assert [i["call_id"] for i in pending["results"]] == ["b"]
     conversation("c2")
     assert api(outsider).get("/v1/conversations/c2/interactions").status_code == 404
-    assert api(owner).get("/v1/conversations/c1/interactions?bogus=1").status_code == 400
+    unknown = api(owner).get("/v1/conversations/c1/interactions?bogus=1")
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["message"] == "Query parameters are invalid"
+    assert unknown.json()["error"]["details"] == {"bogus": ["Unknown query parameter."]}
+
+
+def test_an_answer_outside_the_options_is_refused_before_anything_is_written(
+    install, conversation, api, owner
+):
+    install(asker())
+    conversation("c1")
+    assert in_frame("ask", seed(record(options=["approve", "reject"]))).ok
+    url = "/v1/conversations/c1/interactions/call-1/answer"
+    client = api(owner)
+
+    for wrong in ("Approve", "", {"answer": "approve"}, ["approve"], 1):
+        response = client.post(url, {"answer": wrong}, format="json")
+        assert response.status_code == 400, wrong
+        assert response.json()["error"]["category"] == "contract"
+        assert response.json()["error"]["cause"] == "invalid"
+        assert (
+            response.json()["error"]["message"] == "Interaction answer must be one of its options"
+        )
+        assert response.json()["error"]["details"] == {
+            "answer": ["Expected one of ['approve', 'reject']"]
+        }
+    stored = Interaction.objects.get()
+    assert (stored.status, stored.answer, stored.answered_by_id) == ("pending", None, None)
+
+    accepted = client.post(url, {"answer": "approve"}, format="json")
+    assert accepted.status_code == 200
+    assert accepted.json()["interaction"]["answer"] == "approve"
+
+
+def test_an_extension_answering_outside_its_options_is_a_bound_error(install, conversation):
+    install(asker())
+    conversation("c1")
+    assert in_frame("ask", seed(record(options=["yes", "no"]))).ok
+    errors: list[StateError] = []
+
+    def hook(ctx: Any) -> None:
+        try:
+            ctx.answer_interaction("c1", "call-1", "maybe")
+        except StateError as exc:
+            errors.append(exc)
+
+    assert in_frame("ask", hook).ok
+    assert (errors[0].kind, errors[0].message) == (
+        "bound",
+        "Interaction answer must be one of its options",
+    )
+    assert Interaction.objects.get().status == "pending"
+    assert in_frame("ask", lambda ctx: ctx.answer_interaction("c1", "call-1", "no")).value is True

@@ -6,14 +6,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from conversations.models import Run, Submission
 from conversations.services import Origin, run_settle, submission_admit
+from core.validation import input_json_schema
 from extensions_host.models import ExtensionStatus
 from extensions_host.sdk import Retry, ToolModule
 
 from .conftest import roster
 from .exts import LookupInput, make_ext, sections
+
+
+class Near(BaseModel):
+    city: str
+
+
+class PlaceInput(BaseModel):
+    name: str
+    near: Near
+
 
 PROMPT_INVALID = "Extension prompt is invalid"
 
@@ -224,9 +236,40 @@ def test_tool_modules_carry_json_schemas_of_the_declared_tools(install, ready, r
     tool = modules[0]["tools"][0]
     assert tool["name"] == "lookup"
     assert tool["description"] == "the lookup tool"
-    assert tool["parameters"] == LookupInput.model_json_schema()
+    assert tool["parameters"] == input_json_schema(LookupInput)
     assert [t["name"] for t in modules[1]["tools"]] == ["lookup"]
     assert modules[1]["instructions"] == "Use it."
+
+
+def test_tool_parameters_close_every_object_as_the_tool_call_check_does(install, ready, runtime):
+    install(
+        make_ext(
+            "alpha",
+            grants={"run_tools"},
+            tools={"place": (PlaceInput, lambda ctx, run, arguments: {"ok": True})},
+        )
+    )
+
+    response = claim(runtime)
+    (tool,) = response.json()["capture"]["tool_modules"][0]["tools"]
+    parameters = tool["parameters"]
+    assert parameters["additionalProperties"] is False
+    assert parameters["$defs"]["Near"]["additionalProperties"] is False
+
+    run_id = response.json()["id"]
+    url = f"/v1/runs/{run_id}/tool-calls"
+    refused = runtime.post(
+        url,
+        {
+            "tool_call_id": "t1",
+            "extension": "alpha",
+            "tool": "place",
+            "arguments": {"name": "x", "near": {"city": "y", "zip": "1"}},
+        },
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert set(refused.json()["error"]["details"]) == {"arguments.near.zip"}
 
 
 def test_a_failing_module_for_run_stops_that_extension_and_the_run_goes_on(install, ready, runtime):

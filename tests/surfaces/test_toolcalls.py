@@ -194,9 +194,19 @@ def test_arguments_are_checked_against_the_published_schema_types_without_coerci
     assert not ToolCallResult.objects.exists()
 
 
-def test_an_unknown_tool_or_an_uncaptured_extension_is_400(tooled, runtime):
-    assert call(runtime, tooled, tool="nope").status_code == 400
-    assert call(runtime, tooled, extension="other").status_code == 400
+def test_an_unknown_tool_or_an_uncaptured_extension_is_400_naming_the_wrong_field(tooled, runtime):
+    unknown_tool = call(runtime, tooled, tool="nope")
+    unknown_extension = call(runtime, tooled, extension="other")
+
+    assert unknown_tool.status_code == unknown_extension.status_code == 400
+    assert unknown_tool.json()["error"]["message"] == "Extension tool is unknown"
+    assert unknown_tool.json()["error"]["details"] == {
+        "tool": ["The extension's captured tools have no tool of this name."]
+    }
+    assert unknown_extension.json()["error"]["message"] == "Extension tool is unknown"
+    assert unknown_extension.json()["error"]["details"] == {
+        "extension": ["The run captured no tools of this extension."]
+    }
 
 
 def test_tool_calls_need_the_runtime_and_a_claimed_run(tooled, runtime, api, owner):

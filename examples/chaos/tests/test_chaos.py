@@ -90,7 +90,10 @@ def test_a_projection_outside_its_schema_stops_only_that_slot(host):
     slot = host.projection("c1")["chaos"]
 
     assert slot["status"] == "stopped"
-    assert slot["reason"] == "project defect: Extension projection is invalid"
+    assert slot["reason"] == (
+        "project defect: Extension projection is invalid: fault: Input should be 'off', 'raise',"
+        " 'sleep', 'async', 'outside', 'bad_projection' or 'stop'"
+    )
 
 
 def test_a_faulty_prompt_hook_rejects_the_claim_and_the_next_claim_goes_on(host):

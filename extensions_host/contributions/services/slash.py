@@ -89,7 +89,9 @@ def slash_command_run(
     """Run a slash command in a conversation the principal owns; returns `{notice?, …}`."""
     conversation_get(principal=principal, conversation_id=conversation_id, write=True)
     if len(args) > ARGS_MAX:
-        raise HostError("contract", "invalid", MSG_ARGS_TOO_LONG, details={"args": [ARGS_MAX]})
+        raise HostError(
+            "contract", "invalid", MSG_ARGS_TOO_LONG, details={"args": [MSG_ARGS_TOO_LONG]}
+        )
     core = _CORE.get(name)
     if core is not None:
         return core(principal, conversation_id, args.strip())

@@ -26,11 +26,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from pydantic import ValidationError
 
 from core.errors import HostError
 from core.services import audit_record
-from core.validation import json_problem
+from core.validation import json_problem, model_from_json
 from extensions_host import registry
 from extensions_host.contributions.models import ExtensionSecret, ExtensionSettings
 from extensions_host.models import RosterEntry
@@ -104,15 +103,23 @@ def decrypt(token: str) -> str:
 # --- secrets ---------------------------------------------------------------------------------
 
 
-def _secret_key_check(key: Any) -> str:
+def secret_key_check(key: Any) -> str:
+    """A secret's key as stored (raises StateError `bound`): 1..128 of `[A-Za-z0-9_.:-]`."""
     if not isinstance(key, str) or not SECRET_KEY_RE.match(key):
         raise StateError("bound", MSG_SECRET_KEY)
     return key
 
 
+def secret_value_check(value: Any) -> str:
+    """A secret's value as stored (raises StateError `bound`): a string of ≤ 64 KiB, no NUL."""
+    if not isinstance(value, str) or len(value) > SECRET_VALUE_MAX or "\x00" in value:
+        raise StateError("bound", MSG_SECRET_VALUE)
+    return value
+
+
 def secret_get(*, extension_id: str, key: str) -> str | None:
     row = (
-        ExtensionSecret.objects.filter(extension_id=extension_id, key=_secret_key_check(key))
+        ExtensionSecret.objects.filter(extension_id=extension_id, key=secret_key_check(key))
         .only("ciphertext")
         .first()
     )
@@ -121,12 +128,11 @@ def secret_get(*, extension_id: str, key: str) -> str | None:
 
 def secret_set(*, extension_id: str, key: str, value: str | None) -> None:
     """Store (or, with None, delete) one secret, in the caller's transaction."""
-    _secret_key_check(key)
+    secret_key_check(key)
     if value is None:
         ExtensionSecret.objects.filter(extension_id=extension_id, key=key).delete()
         return
-    if not isinstance(value, str) or len(value) > SECRET_VALUE_MAX or "\x00" in value:
-        raise StateError("bound", MSG_SECRET_VALUE)
+    secret_value_check(value)
     if not RosterEntry.objects.filter(pk=extension_id).exists():
         raise StateError("unavailable", MSG_NOT_INSTALLED)
     ciphertext, key_id = encrypt(value)
@@ -135,6 +141,24 @@ def secret_set(*, extension_id: str, key: str, value: str | None) -> None:
         key=key,
         defaults={"ciphertext": ciphertext, "key_id": key_id},
     )
+
+
+def secret_edit(*, extension_id: str, key: str, value: str | None, actor: str) -> None:
+    """Staff set, replace or (with None) delete a secret (the admin): `secret_set`, audited
+    with the key only, never the value.
+
+    Not durable: the admin's forms already run inside their own transaction."""
+    with transaction.atomic():
+        existed = ExtensionSecret.objects.filter(extension_id=extension_id, key=key).exists()
+        secret_set(extension_id=extension_id, key=key, value=value)
+        if value is None and not existed:
+            return
+        audit_record(
+            actor=actor,
+            action="extension_secret_deleted" if value is None else "extension_secret_set",
+            target=extension_id,
+            detail={"key": key, "replaced": existed} if value is not None else {"key": key},
+        )
 
 
 def secret_keys(*, extension_id: str) -> list[str]:
@@ -211,9 +235,12 @@ def settings_get(*, extension_id: str) -> dict[str, Any]:
 
 
 def settings_validate(*, extension_id: str, value: Any) -> dict[str, Any]:
-    """A JSON object the database can store (`core.validation.json_problem`: no NUL, no lone
-    surrogate, finite numbers, string keys, nesting ≤ 32), ≤ 64 KiB, valid for the
-    extension's declared `settings_model` (if any). Raises HostError 400 with details."""
+    """The settings as they are stored: a JSON object the database can store
+    (`core.validation.json_problem`: no NUL, no lone surrogate, finite numbers, string keys,
+    nesting ≤ 32), ≤ 64 KiB, and, when the extension declares a `settings_model`, the model's
+    JSON dump after `core.validation.model_from_json` (the JSON-input rule commands use: strict
+    types, unknown keys refused), so defaults are filled in and every value has the model's
+    type. Raises HostError 400 (`MSG_SETTINGS_INVALID`) with the problems by field."""
     if not isinstance(value, dict):
         raise _settings_invalid("Must be a JSON object.")
     problem = json_problem(value, max_depth=SETTINGS_MAX_DEPTH, max_bytes=SETTINGS_MAX_BYTES)
@@ -221,16 +248,16 @@ def settings_validate(*, extension_id: str, value: Any) -> dict[str, Any]:
         raise _settings_invalid(problem)
     loaded = registry.get(extension_id)
     model = loaded.definition.settings_model if loaded is not None else None
-    if model is not None:
-        try:
-            model.model_validate(value)
-        except ValidationError as exc:
-            details: dict[str, list[str]] = {}
-            for error in exc.errors(include_url=False):
-                field = ".".join(str(part) for part in error["loc"]) or "non_field_errors"
-                details.setdefault(field, []).append(error["msg"])
-            raise HostError("contract", "invalid", MSG_SETTINGS_INVALID, details=details) from exc
-    return value
+    if model is None:
+        return value
+    validated = model_from_json(model, value, message=MSG_SETTINGS_INVALID)
+    # by alias: what the model reads back; computed fields are outputs, not settings (they
+    # would be refused as unknown keys on the next edit)
+    stored = validated.model_dump(mode="json", by_alias=True, exclude_computed_fields=True)
+    problem = json_problem(stored, max_depth=SETTINGS_MAX_DEPTH, max_bytes=SETTINGS_MAX_BYTES)
+    if problem is not None:  # the defaults filled in can make it larger (or deeper)
+        raise _settings_invalid(problem)
+    return stored
 
 
 def _settings_invalid(message: str) -> HostError:

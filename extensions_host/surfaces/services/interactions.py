@@ -33,6 +33,7 @@ from extensions_host.surfaces.types import TERMINAL_INTERACTION, InteractionReco
 MSG_RECORD_INVALID = "Interaction record is invalid"
 MSG_KIND_UNDECLARED = "Interaction kind is not declared"
 MSG_ANSWER_INVALID = "Interaction answer is invalid"
+MSG_ANSWER_NOT_AN_OPTION = "Interaction answer must be one of its options"
 MSG_STATUS_INVALID = "Interaction status must be skipped, expired or cancelled"
 MSG_CONVERSATION_MISSING = "Interaction conversation does not exist"
 MSG_OWNED_ELSEWHERE = "Interaction call id belongs to another extension"
@@ -105,6 +106,8 @@ def interaction_answer(*, frame: Frame, conversation_id: str, call_id: Any, answ
     stored = _own(frame, conversation_id, call_id)
     if stored is None or stored.status != InteractionStatus.PENDING:
         return False
+    if not _answer_offered(stored, answer):
+        raise StateError("bound", MSG_ANSWER_NOT_AN_OPTION)
     _settle(stored, status=InteractionStatus.ANSWERED, answer=answer, user=None)
     frame.observed.add(conversation_id)
     return True
@@ -153,6 +156,13 @@ def interaction_answer_by_user(
             raise HostError("store", "not_found", MSG_NOT_FOUND)
         if stored.status != InteractionStatus.PENDING:
             return False, stored
+        if not _answer_offered(stored, answer):
+            raise HostError(
+                "contract",
+                "invalid",
+                MSG_ANSWER_NOT_AN_OPTION,
+                details={"answer": [f"Expected one of {stored.options}"]},
+            )
         _settle(stored, status=InteractionStatus.ANSWERED, answer=answer, user=principal.user)
         conversations_touch(conversation_ids=[conversation_id])
     stored.refresh_from_db()
@@ -211,6 +221,13 @@ def _answer_check(answer: Any) -> None:
     size = json_size(answer)
     if size is None or size > ANSWER_MAX_BYTES:
         raise StateError("bound", MSG_ANSWER_INVALID)
+
+
+def _answer_offered(row: Interaction, answer: Any) -> bool:
+    """An interaction with `options` is answered with one of them, exactly (the extension
+    compares the answer to its options: "Approve" for ["approve", "reject"] would read as a
+    rejection); one without options takes any bounded JSON answer."""
+    return not row.options or (isinstance(answer, str) and answer in row.options)
 
 
 def _notify_pending(*, conversation_id: str, extension_id: str, spec: InteractionRecord) -> None:

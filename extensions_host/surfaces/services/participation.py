@@ -31,6 +31,7 @@ from conversations.capture import CaptureRejected
 from conversations.models import Run
 from conversations.selectors import entry_text, run_has_pending_steer, run_inputs
 from core.errors import HostError
+from core.validation import input_json_schema
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
@@ -330,7 +331,7 @@ def _module(participant: Participant, names: list[str], instructions: str) -> di
             {
                 "name": name,
                 "description": declared[name].description,
-                "parameters": declared[name].input.model_json_schema(),
+                "parameters": input_json_schema(declared[name].input),
             }
             for name in names
         ],

@@ -43,6 +43,8 @@ from extensions_host.surfaces.services.participation import run_info
 MSG_RUN_NOT_FOUND = "Run not found"
 MSG_RUN_NOT_CLAIMED = "Run is not claimed"
 MSG_TOOL_UNKNOWN = "Extension tool is unknown"
+MSG_EXTENSION_NOT_CAPTURED = "The run captured no tools of this extension."
+MSG_TOOL_NOT_IN_MODULE = "The extension's captured tools have no tool of this name."
 MSG_ARGUMENTS_INVALID = "Extension tool arguments are invalid"
 MSG_TOOL_CALL_REUSED = "Tool call id was already used with different arguments"
 MSG_TOOL_CALL_ID_INVALID = "Tool call id must be 1..128 characters"
@@ -106,10 +108,10 @@ def tool_call_execute(
         return _replay(existing, fingerprint)
     if run.status != RunStatus.CLAIMED:
         raise HostError("contract", "conflict", MSG_RUN_NOT_CLAIMED)
-    if not _offered(run, extension_id, tool):
-        raise HostError(
-            "contract", "invalid", MSG_TOOL_UNKNOWN, details={"tool": [MSG_TOOL_UNKNOWN]}
-        )
+    wrong = _not_offered(run, extension_id, tool)
+    if wrong is not None:
+        field, problem = wrong
+        raise HostError("contract", "invalid", MSG_TOOL_UNKNOWN, details={field: [problem]})
     loaded = registry.get(extension_id)
     spec = loaded.definition.hooks.tools.get(tool) if loaded is not None else None
     if loaded is None or spec is None:
@@ -201,12 +203,16 @@ def _unavailable(extension_id: str) -> str:
     return f"Extension {extension_id} is unavailable"
 
 
-def _offered(run: Run, extension_id: str, tool: str) -> bool:
-    """The tool is in the module the claim captured for this extension."""
+def _not_offered(run: Run, extension_id: str, tool: str) -> tuple[str, str] | None:
+    """None when the tool is in the module the claim captured for this extension; else the
+    request field that is wrong and why: `extension` (no module of it captured for the run) or
+    `tool` (its module has no such tool)."""
     for module in (run.capture or {}).get("tool_modules") or []:
         if module.get("extension") == extension_id:
-            return any(t.get("name") == tool for t in module.get("tools") or [])
-    return False
+            if any(t.get("name") == tool for t in module.get("tools") or []):
+                return None
+            return "tool", MSG_TOOL_NOT_IN_MODULE
+    return "extension", MSG_EXTENSION_NOT_CAPTURED
 
 
 def _arguments(model: type[BaseModel], arguments: dict[str, Any]) -> BaseModel:
