@@ -185,3 +185,18 @@ def test_operation_ids_are_unique(schema):
         if isinstance(op, dict) and "operationId" in op
     ]
     assert len(ids) == len(set(ids))
+
+
+def test_the_client_guide_names_only_operations_the_schema_has(schema):
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    named = set(re.findall(r"\(`([a-z_]+)`\)", guide))
+    published = {
+        operation["operationId"]
+        for methods in schema["paths"].values()
+        for operation in methods.values()
+    }
+    assert len(named) >= 10
+    assert named <= published, sorted(named - published)
