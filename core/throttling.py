@@ -7,10 +7,14 @@ Refused writes are not counted. The count is `cache.add` + `cache.incr`, atomic 
 (production) and on the in-process memory cache, so concurrent writes cannot slip past the
 bound the way DRF's read-the-history-then-write-it-back throttle lets them; the embedded file
 cache has no atomic increment (one process, best effort).
+
+While the cache cannot be reached, writes are not limited (logged as `write_limit_unavailable`):
+the limit protects the host, and a cache outage must not refuse every write (or answer 500s).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -21,6 +25,8 @@ from core import clock
 from core.auth import principal_of
 
 SAFE = {"GET", "HEAD", "OPTIONS"}
+
+logger = logging.getLogger("core.throttling")
 
 
 class WriteRateThrottle(SimpleRateThrottle):
@@ -44,7 +50,15 @@ class WriteRateThrottle(SimpleRateThrottle):
         key = self.get_cache_key(request, view)
         if key is None:
             return True
-        return self.admit(key, now_ms=clock.now_ms())
+        try:
+            return self.admit(key, now_ms=clock.now_ms())
+        except Exception as exc:  # the cache's own errors (redis, OS) have no common base
+            logger.warning(
+                "write limit not applied: the cache is unreachable: %s",
+                exc,
+                extra={"event": "write_limit_unavailable"},
+            )
+            return True
 
     def admit(self, key: str, *, now_ms: int) -> bool:
         """Count one write under `key` in the window holding `now_ms`; False (and not counted)

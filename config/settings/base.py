@@ -183,6 +183,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CACHES = {
     "default": env.cache_url("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}"),
 }
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
+    # a Redis that accepts connections but never answers must not hang a request, a sweep or
+    # beat's scheduling (beat writes its liveness mark here): its calls fail after this long
+    _redis_options = CACHES["default"].setdefault("OPTIONS", {})
+    _redis_options.setdefault("socket_connect_timeout", 2)
+    _redis_options.setdefault("socket_timeout", 5)
 # `save=none` artifact payloads (artifacts/ephemeral.py): never on disk, gone after a restart
 # (spec 06). So local memory when the cache is the embedded file cache (the web process is the
 # only one that writes or reads them: emit, projection, inspector, admin), else that cache.

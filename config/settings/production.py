@@ -19,13 +19,14 @@ from config.settings.environment import env
 for _name in ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "ALLOWED_HOSTS"):
     if not env.str(_name, default=""):
         raise ImproperlyConfigured(f"{_name} must be set in production")
-# Redis or RabbitMQ (kombu's names for them; `;` separates failover URLs): the embedded
+# Redis or RabbitMQ (kombu's names for their transports, Sentinel included; `;` separates
+# failover URLs; `redis+socket://` is the redis transport over a Unix socket): the embedded
 # filesystem broker and the in-memory one cannot serve several machines or redeliver the task
 # of a worker that died, and a typo would otherwise fall back to kombu's default transport.
-_BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp")
+_BROKER_SCHEMES = ("redis", "rediss", "sentinel", "amqp", "amqps", "pyamqp")
 for _url in env.str("CELERY_BROKER_URL").split(";"):
     _scheme, _sep, _ = _url.strip().partition("://")
-    if not _sep or _scheme.lower() not in _BROKER_SCHEMES:
+    if not _sep or _scheme.lower().partition("+")[0] not in _BROKER_SCHEMES:
         # the scheme only: the rest of a broker URL may hold a password
         _got = f"{_scheme}://" if _sep else "a value without <scheme>://"
         raise ImproperlyConfigured(

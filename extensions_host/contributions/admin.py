@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
-from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 
 from core.admin import ReadOnlyAdmin
 from core.errors import HostError
@@ -59,10 +59,12 @@ class SecretForm(forms.ModelForm):
     def clean_key(self) -> str:
         return _bound(secret_key_check, self.cleaned_data["key"])
 
+    @sensitive_variables()
     def clean_value(self) -> str:
         return _bound(secret_value_check, self.cleaned_data["value"])
 
 
+@sensitive_variables()
 def _bound(check: Any, value: Any) -> Any:
     """`check(value)`, its StateError shown as the field's error."""
     try:

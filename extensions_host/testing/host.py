@@ -90,6 +90,18 @@ def _host_work(method: Callable[P, T]) -> Callable[P, T]:
     return run
 
 
+def _api_client() -> Any:
+    """A DRF test client whose every request is host work (`_run_commit_steps`)."""
+    from rest_framework.test import APIClient
+
+    class HostAPIClient(APIClient):
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            with _run_commit_steps():
+                return super().request(*args, **kwargs)
+
+    return HostAPIClient()
+
+
 class _StopEvents(logging.Handler):
     """The causes of the `extension_stopped` events logged during the test, by event id (the
     roster row names its stop's event: `stop_cause`)."""
@@ -363,15 +375,13 @@ class TestHost:
             raise LookupError(f"Extension {extension_id} is not installed")
         return fn(ctx)
 
-    @_host_work
     def api(self, user: Any = None, *, scope: str = "write") -> Any:
         """A DRF test client authenticated with a real API token of `user` (default: the
-        default user); `api(anonymous=True)`-style calls use `api_anonymous()`."""
-        from rest_framework.test import APIClient
-
+        default user); each request runs its after-commit steps before it returns, as every
+        method here does. Anonymous requests: `api_anonymous()`."""
         from core.services import token_create
 
-        client = APIClient()
+        client = _api_client()
         _, raw = token_create(
             user=self._user(user), name="hyphae-testing", scope=scope, expires_at=None
         )
@@ -379,9 +389,7 @@ class TestHost:
         return client
 
     def api_anonymous(self) -> Any:
-        from rest_framework.test import APIClient
-
-        return APIClient()
+        return _api_client()
 
     @_host_work
     def route(

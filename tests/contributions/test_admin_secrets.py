@@ -156,3 +156,37 @@ def test_without_the_permissions_nobody_sets_replaces_or_deletes_a_secret(
     assert list(ExtensionSecret.objects.values_list("key", flat=True)) == ["slack_token"]
     assert read_secret("slack_token") == SECRET
     assert AuditEntry.objects.filter(action__startswith="extension_secret_").count() == 1
+
+
+def test_an_error_while_saving_keeps_the_value_out_of_the_error_report(
+    bridge, client, staff, monkeypatch
+):
+    # what Django's debug page or AdminEmailHandler would show of a 500 in the admin's save:
+    # the POST body (sensitive_post_parameters) and every frame of the host's code from the
+    # view down to the encryption (sensitive_variables); the test client's own frames aside
+    from django.test import RequestFactory
+    from django.views.debug import ExceptionReporter
+
+    from extensions_host.contributions.services import stores
+
+    def broken(value: str) -> tuple[str, str]:
+        raise RuntimeError("the key store is down")
+
+    monkeypatch.setattr(stores.MultiFernet, "encrypt", lambda self, data: broken(data))
+    client.force_login(staff)
+    with pytest.raises(RuntimeError) as raised:
+        client.post(ADD, {"extension": "bridge", "key": "slack_token", "value": SECRET})
+    error = raised.value
+    request = RequestFactory().post(ADD, {"value": SECRET})
+    request.sensitive_post_parameters = ["value"]
+    reporter = ExceptionReporter(request, type(error), error, error.__traceback__)
+    host_frames = [
+        frame
+        for frame in reporter.get_traceback_frames()
+        if "/django/test/" not in frame["filename"] and "/tests/" not in frame["filename"]
+    ]
+    assert any(frame["function"] == "secret_set" for frame in host_frames)
+    for frame in host_frames:
+        assert SECRET not in repr(frame["vars"]), frame["function"]
+    assert SECRET not in repr(reporter.filter.get_post_parameters(request))
+    assert not ExtensionSecret.objects.exists()

@@ -189,7 +189,7 @@ def test_production_refuses_a_broker_that_is_not_redis_or_rabbitmq(project, brok
     assert done.returncode != 0
     assert (
         "ImproperlyConfigured: CELERY_BROKER_URL must point at Redis or RabbitMQ in production "
-        "(redis://, rediss://, amqp://, amqps://, pyamqp://)" in done.stderr
+        "(redis://, rediss://, sentinel://, amqp://, amqps://, pyamqp://)" in done.stderr
     )
     assert "s3cret" not in done.stderr  # the scheme is named, never the rest of the URL
 
@@ -203,6 +203,8 @@ def test_production_refuses_a_broker_that_is_not_redis_or_rabbitmq(project, brok
         "amqps://guest:guest@rabbit:5671//",
         "pyamqp://guest:guest@rabbit//",
         "amqp://rabbit-a//;amqp://rabbit-b//",
+        "sentinel://sentinel-a:26379;sentinel://sentinel-b:26379",
+        "redis+socket:///run/redis/redis.sock",
     ],
 )
 def test_production_takes_a_redis_or_rabbitmq_broker(project, broker_url):
@@ -224,6 +226,11 @@ def test_production_takes_a_redis_cache_for_the_artifact_payloads_too(project):
     )
     assert values["CACHES"]["artifacts"] == values["CACHES"]["default"]
     assert values["CACHES"]["default"]["LOCATION"] == "rediss://redis.internal:6380/1"
+    # a Redis that never answers fails a call instead of hanging it (beat's mark included)
+    assert values["CACHES"]["default"]["OPTIONS"] == {
+        "socket_connect_timeout": 2,
+        "socket_timeout": 5,
+    }
 
 
 def test_beat_ticks_at_the_interval_dotenv_sets(project):

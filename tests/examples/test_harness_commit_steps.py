@@ -83,3 +83,12 @@ def test_stop_cause_is_none_for_a_running_extension_and_after_a_resume(hyphae_ho
     assert "ValueError" in (hyphae_host.stop_cause("crashy") or "")
     hyphae_host.resume("crashy")
     assert hyphae_host.stop_cause("crashy") is None
+
+
+def test_a_stop_in_a_request_of_the_harness_api_client_has_its_cause(hyphae_host):
+    hyphae_host.install(crashing())
+    hyphae_host.conversation("c1")
+    response = hyphae_host.api().get("/v1/conversations/c1/projection")
+    assert response.status_code == 200
+    assert hyphae_host.status("crashy").stopped
+    assert "ValueError: projection broke" in (hyphae_host.stop_cause("crashy") or "")

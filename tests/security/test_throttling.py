@@ -159,3 +159,27 @@ def test_over_the_rate_the_api_answers_429_with_the_seconds_left_in_the_window(
     fake_clock.advance(seconds=10)
     assert client.post("/v1/auth/tokens", {}, format="json").status_code == 201
     cache.clear()
+
+
+def test_writes_go_through_unlimited_and_logged_while_the_cache_is_unreachable(
+    settings, api, staff, caplog
+):
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/8",  # nothing listens on port 1
+            "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+        },
+    }
+    original = WriteRateThrottle.THROTTLE_RATES
+    WriteRateThrottle.THROTTLE_RATES = {"writes": "1/min"}
+    try:
+        client = api(staff)
+        statuses = [client.post("/v1/auth/tokens", {}, format="json").status_code for _ in "ab"]
+    finally:
+        WriteRateThrottle.THROTTLE_RATES = original
+    assert statuses == [201, 201]
+    assert [r.event for r in caplog.records if hasattr(r, "event")].count(
+        "write_limit_unavailable"
+    ) == 2

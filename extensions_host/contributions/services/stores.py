@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.db import DatabaseError, transaction
+from django.views.decorators.debug import sensitive_variables
 
 from core.errors import HostError
 from core.services import audit_record
@@ -87,11 +88,14 @@ def keyring() -> tuple[MultiFernet, str, tuple[str, ...]]:
     return _keys(current, tuple(settings.HOST_SECRET_KEYS_OLD))
 
 
+# error reports (Django's debug page, AdminEmailHandler) never show a secret's value
+@sensitive_variables()
 def encrypt(value: str) -> tuple[str, str]:
     fernet, current_id, _ = keyring()
     return fernet.encrypt(value.encode("utf-8")).decode("ascii"), current_id
 
 
+@sensitive_variables()
 def decrypt(token: str) -> str:
     fernet, _, _ = keyring()
     try:
@@ -110,6 +114,7 @@ def secret_key_check(key: Any) -> str:
     return key
 
 
+@sensitive_variables()
 def secret_value_check(value: Any) -> str:
     """A secret's value as stored (raises StateError `bound`): a string of ≤ 64 KiB, no NUL."""
     if not isinstance(value, str) or len(value) > SECRET_VALUE_MAX or "\x00" in value:
@@ -117,6 +122,7 @@ def secret_value_check(value: Any) -> str:
     return value
 
 
+@sensitive_variables()
 def secret_get(*, extension_id: str, key: str) -> str | None:
     row = (
         ExtensionSecret.objects.filter(extension_id=extension_id, key=secret_key_check(key))
@@ -126,6 +132,7 @@ def secret_get(*, extension_id: str, key: str) -> str | None:
     return None if row is None else decrypt(row.ciphertext)
 
 
+@sensitive_variables()
 def secret_set(*, extension_id: str, key: str, value: str | None) -> None:
     """Store (or, with None, delete) one secret, in the caller's transaction."""
     secret_key_check(key)
@@ -143,6 +150,7 @@ def secret_set(*, extension_id: str, key: str, value: str | None) -> None:
     )
 
 
+@sensitive_variables()
 def secret_edit(*, extension_id: str, key: str, value: str | None, actor: str) -> None:
     """Staff set, replace or (with None) delete a secret (the admin): `secret_set`, audited
     with the key only, never the value.
@@ -237,10 +245,12 @@ def settings_get(*, extension_id: str) -> dict[str, Any]:
 def settings_validate(*, extension_id: str, value: Any) -> dict[str, Any]:
     """The settings as they are stored: a JSON object the database can store
     (`core.validation.json_problem`: no NUL, no lone surrogate, finite numbers, string keys,
-    nesting ≤ 32), ≤ 64 KiB, and, when the extension declares a `settings_model`, the model's
-    JSON dump after `core.validation.model_from_json` (the JSON-input rule commands use: strict
-    types, unknown keys refused), so defaults are filled in and every value has the model's
-    type. Raises HostError 400 (`MSG_SETTINGS_INVALID`) with the problems by field."""
+    nesting ≤ 32), ≤ 64 KiB, and, when the extension declares a `settings_model`, valid by
+    `core.validation.model_from_json` (the JSON-input rule commands use: strict types, unknown
+    keys refused). Stored as given, not as the model's dump: a dump need not read back as the
+    same settings (a `SecretStr` dumps as its mask, a serialization alias under another name),
+    and what staff typed stays what they see and can save again. Raises HostError 400
+    (`MSG_SETTINGS_INVALID`) with the problems by field."""
     if not isinstance(value, dict):
         raise _settings_invalid("Must be a JSON object.")
     problem = json_problem(value, max_depth=SETTINGS_MAX_DEPTH, max_bytes=SETTINGS_MAX_BYTES)
@@ -248,16 +258,9 @@ def settings_validate(*, extension_id: str, value: Any) -> dict[str, Any]:
         raise _settings_invalid(problem)
     loaded = registry.get(extension_id)
     model = loaded.definition.settings_model if loaded is not None else None
-    if model is None:
-        return value
-    validated = model_from_json(model, value, message=MSG_SETTINGS_INVALID)
-    # by alias: what the model reads back; computed fields are outputs, not settings (they
-    # would be refused as unknown keys on the next edit)
-    stored = validated.model_dump(mode="json", by_alias=True, exclude_computed_fields=True)
-    problem = json_problem(stored, max_depth=SETTINGS_MAX_DEPTH, max_bytes=SETTINGS_MAX_BYTES)
-    if problem is not None:  # the defaults filled in can make it larger (or deeper)
-        raise _settings_invalid(problem)
-    return stored
+    if model is not None:
+        model_from_json(model, value, message=MSG_SETTINGS_INVALID)
+    return value
 
 
 def _settings_invalid(message: str) -> HostError:
