@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError
 
-from core.errors import HostError
+from core.errors import MSG_NOT_FOUND, HostError
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.models import ExtensionStatus
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
 from extensions_host.runtime.current import PROCESS_EXIT
-from extensions_host.runtime.frames import Boundary, activate_outside
+from extensions_host.runtime.frames import Boundary, RosterView, activate_outside, roster_view
 from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import (
     deadline_reason,
@@ -40,7 +40,7 @@ from extensions_host.runtime.stops import (
 )
 from extensions_host.runtime.transient import is_transient, store_unavailable
 from extensions_host.sdk import Retry, SdkError
-from extensions_host.selectors import roster_entry_get
+from extensions_host.selectors import extension_id_usable
 from extensions_host.services.errors import (
     MSG_UNAVAILABLE,
     host_error_for,
@@ -61,16 +61,18 @@ __all__ = [
 ]
 
 
-def extension_available(*, extension_id: str, grant: str) -> tuple[LoadedExtension, RosterEntry]:
+def extension_available(*, extension_id: str, grant: str) -> tuple[LoadedExtension, RosterView]:
     """The loaded extension and its roster row, when its code may run now outside a frame
     (commands, routes, slash commands). An id the roster does not hold is 404 `store/not_found`
     ("Not found", as `GET /v1/extensions/{id}` answers). Then, in the order of spec 04:
     installed here, `grant` admitted, not stopped, the roster's revision; otherwise 503
     `extensions/unavailable` — "Extension is unavailable", or "Extension <id> is stopped:
     <reason>" for a stopped extension that holds the grant."""
-    # the registry is in-process: an id no extension has (NUL, overlong, …) never reaches a query
+    # an id no extension could have (NUL, overlong, …) never reaches a query
+    row = roster_view(extension_id) if extension_id_usable(extension_id) else None
+    if row is None:
+        raise HostError("store", "not_found", MSG_NOT_FOUND)
     loaded = registry.get(extension_id)
-    row = roster_entry_get(extension_id=extension_id)  # 404 when not in the roster
     if loaded is None:
         raise HostError("extensions", "unavailable", MSG_UNAVAILABLE)
     if row.status == ExtensionStatus.UNINSTALLED or grant not in row.admitted_grants:

@@ -538,8 +538,9 @@ _ROSTER_COLUMNS = (
 
 
 def roster_view(extension_id: str) -> RosterView | None:
-    """The extension's roster row as frames see it, read without a lock (pre-checks)."""
-    return next(iter(_lock_roster_rows([extension_id], lock=False)), None)
+    """The extension's roster row as frames see it, read without a lock and without its usage
+    (the pre-checks of commands, routes and slash commands: one plain statement)."""
+    return next(iter(_lock_roster_rows([extension_id], lock=False, usage=False)), None)
 
 
 def _lock_roster_row(extension_id: str, *, limit_s: float | None = None) -> RosterView | None:
@@ -547,7 +548,7 @@ def _lock_roster_row(extension_id: str, *, limit_s: float | None = None) -> Rost
 
 
 def _lock_roster_rows(
-    extension_ids: list[str], *, limit_s: float | None = None, lock: bool = True
+    extension_ids: list[str], *, limit_s: float | None = None, lock: bool = True, usage: bool = True
 ) -> list[RosterView]:
     """Roster rows `FOR SHARE`, in id order, each with its committed usage; on PostgreSQL
     `limit_s` also sets the database limits — one plain statement for all three (a frame's
@@ -558,17 +559,18 @@ def _lock_roster_rows(
     statement on."""
     postgres = connection.vendor == "postgresql"
     roster = connection.ops.quote_name(RosterEntry._meta.db_table)
-    usage = connection.ops.quote_name(UsageSlot._meta.db_table)
+    slots = connection.ops.quote_name(UsageSlot._meta.db_table)
     limits, params = "", []
     if postgres and limit_s is not None:
         statement_ms, lock_ms = deadlines.database_timeouts_ms(limit_s)
         limits = "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
         params = [str(statement_ms), str(lock_ms)]
-    summed = "SELECT COALESCE(SUM(u.{0}), 0) FROM " + usage + " u WHERE u.extension_id = r.id"  # noqa: S608
+    summed = "SELECT COALESCE(SUM(u.{0}), 0) FROM " + slots + " u WHERE u.extension_id = r.id"  # noqa: S608
     columns = ", ".join(f"r.{connection.ops.quote_name(c)}" for c in _ROSTER_COLUMNS)
+    if usage:
+        columns += f", ({summed.format('records')}), ({summed.format('bytes')})"
     sql = (
-        f"SELECT {limits}{columns}, ({summed.format('records')}), "  # noqa: S608
-        f"({summed.format('bytes')}) FROM {roster} r "
+        f"SELECT {limits}{columns} FROM {roster} r "  # noqa: S608
         f"WHERE r.id IN ({', '.join(['%s'] * len(extension_ids))}) ORDER BY r.id"
         + (" FOR SHARE OF r" if postgres and lock else "")
     )
@@ -582,7 +584,7 @@ def _lock_roster_rows(
             admitted_grants=decode_json(values[skip + 5]) or [],
             quotas=decode_json(values[skip + 6]) or {},
             activation_epoch=values[skip + 7],
-            usage=(int(values[skip + 8]), int(values[skip + 9])),
+            usage=(int(values[skip + 8]), int(values[skip + 9])) if usage else None,
         )
         for values in found
     ]
