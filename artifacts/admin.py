@@ -3,6 +3,9 @@ check), operations, records and events. Staff inspect here; only the store's ser
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
@@ -19,6 +22,16 @@ from core.admin import ReadOnlyAdmin
 
 PROBLEMS_SHOWN = 20
 DEBUG_EVENTS_SHOWN = 200
+DEBUG_PAYLOAD_SHOWN = 2000  # characters of a payload the debug view prints
+
+
+def _as_json(value: Any) -> str:
+    """A payload or mapping as staff read it: a text payload as is, anything else as
+    pretty-printed JSON (not as a Python repr), cut at `DEBUG_PAYLOAD_SHOWN` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) > DEBUG_PAYLOAD_SHOWN:
+        return text[:DEBUG_PAYLOAD_SHOWN] + "…"
+    return text
 
 
 @admin.action(description="Check integrity of the selected worlds")
@@ -67,6 +80,11 @@ class WorldAdmin(ReadOnlyAdmin):
         operation_id = request.GET.get("operation_id") or None
         debug = selectors.debug_read(world_id=world_id, operation_id=operation_id, limit=500)
         events = Event.objects.filter(world_id=world_id).order_by("-sequence")[:DEBUG_EVENTS_SHOWN]
+        projection = selectors.projection_read(world_id=world_id)
+        for item in [*projection, *debug["records"]]:
+            item["payload_text"] = _as_json(item["payload"])
+        for operation in debug["operations"]:
+            operation["request_attempts_text"] = _as_json(operation["request_attempts"])
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -75,7 +93,7 @@ class WorldAdmin(ReadOnlyAdmin):
             "debug": debug,
             "events": list(events),
             "problems": integrity_check(world_ids=[world_id]),
-            "projection": selectors.projection_read(world_id=world_id),
+            "projection": projection,
         }
         return TemplateResponse(request, "admin/artifacts/world/debug.html", context)
 

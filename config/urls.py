@@ -10,6 +10,11 @@ from core import api as core_api
 from extensions_host.contributions import urls as contributions_urls
 from extensions_host.contributions import views as contributions_views
 
+# the staff console's branding (page titles, the header and the index heading)
+admin.site.site_header = "Hyphae console"
+admin.site.site_title = "Hyphae console"
+admin.site.index_title = "Staff console"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("inspect/", include("inspector.urls")),

@@ -8,6 +8,7 @@ cursor, timers, records browser, documents, attention items, jobs, workers and a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -43,6 +44,7 @@ from extensions_host.services.roster import (
     extension_resume,
 )
 
+MSG_NONE_STOPPED = "None of the selected extensions is stopped: nothing to resume."
 MSG_GRANTS_NOT_REQUESTED = "Only grants the extension requests can be admitted."
 MSG_CONFIRM_GRANTS = "Tick the confirmation to change the admitted grants: {change}."
 FILTER_MAX = 256
@@ -147,7 +149,7 @@ class RosterEntryAdmin(admin.ModelAdmin):
         "stopped_at",
         "failing_hook",
         "stop_event_id",
-        "requested_grants",
+        "requested",
         "pending",
         "state_version",
         "ledger_revision",
@@ -167,7 +169,7 @@ class RosterEntryAdmin(admin.ModelAdmin):
         ),
         (
             "Grants",
-            {"fields": ["requested_grants", "admitted_grants", "pending", "confirm_grants"]},
+            {"fields": ["requested", "admitted_grants", "pending", "confirm_grants"]},
         ),
         (
             "Recovery",
@@ -259,6 +261,10 @@ class RosterEntryAdmin(admin.ModelAdmin):
         reason = obj.reason if len(obj.reason) <= 120 else obj.reason[:119] + "…"
         return format_html('<span class="hy-reason" title="{}">{}</span>', obj.reason, reason)
 
+    @admin.display(description="requested grants")
+    def requested(self, obj: RosterEntry) -> str:
+        return ", ".join(obj.requested_grants or []) or "—"
+
     @admin.display(description="requested, not admitted")
     def pending(self, obj: RosterEntry) -> str:
         return ", ".join(obj.pending_grants) or "—"
@@ -319,6 +325,9 @@ class RosterEntryAdmin(admin.ModelAdmin):
                 for name in ("collection", "key", "index")
             }
             extra["console"] = extension_sections(row, filters=filters)
+            for entry in extra["console"]["audit"]:
+                # JSON, as the audit entry's own page shows it, not a Python repr
+                entry.detail_json = json.dumps(entry.detail, ensure_ascii=False)
             extra["row"] = row
         return super().change_view(request, object_id, form_url, extra)
 
@@ -389,6 +398,9 @@ class RosterEntryAdmin(admin.ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[RosterEntry]
     ) -> TemplateResponse | None:
         stopped = queryset.filter(status=ExtensionStatus.STOPPED)
+        if not stopped.exists():  # no confirmation page, no audit entry, no "Resumed 0"
+            self.message_user(request, MSG_NONE_STOPPED, messages.WARNING)
+            return None
         page = self._confirmed(
             request,
             stopped,

@@ -30,6 +30,7 @@ from conversations.models import Entry, Run, RunStatus, Submission, SubmissionSt
 from core import clock
 from core.models import AuditEntry
 from extensions_host import registry
+from extensions_host.background.declarations import workers_of
 from extensions_host.background.models import (
     JobState,
     SettledCursor,
@@ -365,24 +366,38 @@ def extension_sections(row: RosterEntry, *, filters: dict[str, str]) -> dict[str
             }
             for job in JobState.objects.filter(extension_id=extension_id).order_by("name")[:ROWS]
         ],
-        "workers": [
-            {
-                "name": worker.name,
-                "runs": worker.runs,
-                "last_run_at": _ms(worker.last_run_at),
-                "outcome": worker.last_outcome,
-                "error": worker.last_error,
-                "running": worker.lease_live,
-            }
-            for worker in WorkerState.objects.filter(extension_id=extension_id)
-            .with_lease(clock.now_ms())
-            .order_by("name")[:ROWS]
-        ],
+        "workers": _workers(extension_id),
         "notifiers": list(
             NotifierHealth.objects.filter(extension_id=extension_id).order_by("notifier")[:ROWS]
         ),
         "audit": list(AuditEntry.objects.filter(target=extension_id).order_by("-at", "-id")[:ROWS]),
     }
+
+
+def _workers(extension_id: str) -> list[dict[str, Any]]:
+    """The extension's workers: each with a run state, then those declared here that never ran
+    (they have no state row until their first wake)."""
+    rows = [
+        {
+            "name": worker.name,
+            "runs": worker.runs,
+            "last_run_at": _ms(worker.last_run_at),
+            "outcome": worker.last_outcome,
+            "error": worker.last_error,
+            "running": worker.lease_live,
+        }
+        for worker in WorkerState.objects.filter(extension_id=extension_id)
+        .with_lease(clock.now_ms())
+        .order_by("name")[:ROWS]
+    ]
+    loaded = registry.get(extension_id)
+    seen = {row["name"] for row in rows}
+    never_ran = [
+        {"name": worker.name, "runs": 0, "last_run_at": None, "outcome": "", "error": "never ran"}
+        for worker in (workers_of(loaded.definition) if loaded is not None else ())
+        if worker.name not in seen
+    ]
+    return rows + sorted(never_ran, key=lambda row: row["name"])[: max(ROWS - len(rows), 0)]
 
 
 # --- the conversation page ---------------------------------------------------------------------

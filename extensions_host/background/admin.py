@@ -3,6 +3,9 @@ workers, jobs (with a manual trigger). Read-only: the rows are the services'."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -25,20 +28,28 @@ def _ms(value: int | None) -> str:
     return "" if value is None else f"{clock.from_ms(value):%Y-%m-%d %H:%M:%S.%f}"[:-3]
 
 
+def ms_column(field: str, description: str) -> Callable[[admin.ModelAdmin, Any], str]:
+    """A display method showing the host-clock (epoch ms) `field` as a UTC datetime, for list
+    columns and, with the raw field excluded, for the read-only detail page."""
+
+    @admin.display(description=description, ordering=field)
+    def column(modeladmin: admin.ModelAdmin, obj: Any) -> str:
+        return _ms(getattr(obj, field))
+
+    return column
+
+
 @admin.register(Timer)
 class TimerAdmin(ReadOnlyAdmin):
     list_display = ["extension", "key", "due", "fire", "retry_attempt"]
     list_filter = ["extension"]
     search_fields = ["key"]
     ordering = ["fire_at", "id"]
+    exclude = ["due_at", "fire_at"]
+    readonly_fields = ["due", "fire"]
 
-    @admin.display(description="due at (UTC)", ordering="due_at")
-    def due(self, obj: Timer) -> str:
-        return _ms(obj.due_at)
-
-    @admin.display(description="next offered (UTC)", ordering="fire_at")
-    def fire(self, obj: Timer) -> str:
-        return _ms(obj.fire_at)
+    due = ms_column("due_at", "due at (UTC)")
+    fire = ms_column("fire_at", "next offered (UTC)")
 
 
 @admin.register(SettledCursor)
@@ -60,10 +71,12 @@ class LifecycleDeliveryAdmin(ReadOnlyAdmin):
 @admin.register(WorkerState)
 class WorkerStateAdmin(ReadOnlyAdmin):
     list_display = ["extension_id", "name", "runs", "last_outcome", "last_run", "last_error"]
+    exclude = ["running_since", "running_until", "last_run_at"]
+    readonly_fields = ["running_since_utc", "running_until_utc", "last_run"]
 
-    @admin.display(description="last run (UTC)")
-    def last_run(self, obj: WorkerState) -> str:
-        return _ms(obj.last_run_at)
+    running_since_utc = ms_column("running_since", "running since (UTC)")
+    running_until_utc = ms_column("running_until", "running until (UTC)")
+    last_run = ms_column("last_run_at", "last run (UTC)")
 
 
 @admin.register(JobState)
@@ -80,14 +93,13 @@ class JobStateAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["extension_id", "last_outcome"]
     actions = ["trigger_selected"]
+    exclude = ["next_run_at", "last_run_at", "last_scheduled_for", "last_missed_at"]
+    readonly_fields = ["next_run", "last_run", "last_scheduled", "last_missed"]
 
-    @admin.display(description="next run (UTC)", ordering="next_run_at")
-    def next_run(self, obj: JobState) -> str:
-        return _ms(obj.next_run_at)
-
-    @admin.display(description="last run (UTC)", ordering="last_run_at")
-    def last_run(self, obj: JobState) -> str:
-        return _ms(obj.last_run_at)
+    next_run = ms_column("next_run_at", "next run (UTC)")
+    last_run = ms_column("last_run_at", "last run (UTC)")
+    last_scheduled = ms_column("last_scheduled_for", "last scheduled for (UTC)")
+    last_missed = ms_column("last_missed_at", "last missed at (UTC)")
 
     @admin.action(description="Run the selected jobs now")
     def trigger_selected(self, request: HttpRequest, queryset: QuerySet[JobState]) -> None:

@@ -44,7 +44,8 @@ class Timer(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.extension_id}/{self.key} @ {self.due_at}"
+        due = clock.from_ms(self.due_at)  # the console's title: a UTC time, not epoch ms
+        return f"{self.extension_id}/{self.key} @ {due:%Y-%m-%d %H:%M:%S} UTC"
 
 
 class Mark(models.Model):

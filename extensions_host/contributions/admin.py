@@ -22,6 +22,7 @@ from django.views.decorators.debug import sensitive_post_parameters, sensitive_v
 from core.admin import ReadOnlyAdmin
 from core.errors import HostError
 from core.models import AuditEntry
+from extensions_host.background.admin import ms_column
 from extensions_host.contributions.models import (
     ExtensionSecret,
     ExtensionSettings,
@@ -211,6 +212,11 @@ class NotificationAdmin(ReadOnlyAdmin):
 class NotificationDeliveryAdmin(ReadOnlyAdmin):
     list_display = ["notification", "extension_id", "notifier", "status", "attempts", "last_error"]
     list_filter = ["status", "extension_id"]
+    exclude = ["next_attempt_at", "delivered_at"]
+    readonly_fields = ["next_attempt", "delivered"]
+
+    next_attempt = ms_column("next_attempt_at", "next attempt at (UTC)")
+    delivered = ms_column("delivered_at", "delivered at (UTC)")
 
 
 @admin.register(NotifierHealth)
@@ -225,6 +231,11 @@ class NotifierHealthAdmin(ReadOnlyAdmin):
         "last_error",
     ]
     list_filter = ["status"]
+    exclude = ["last_failure_at", "last_success_at"]
+    readonly_fields = ["last_failure", "last_success"]
+
+    last_failure = ms_column("last_failure_at", "last failure at (UTC)")
+    last_success = ms_column("last_success_at", "last success at (UTC)")
 
 
 @admin.register(AuditEntry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conversations.selectors import RunSettledEvent
+from core import clock
 from extensions_host.background.models import SettledCursor
 from extensions_host.background.services.settled import (
     core_cursor,
@@ -319,3 +320,17 @@ def test_a_settle_kicks_no_consumer_whose_settled_grant_was_withdrawn(
         assert settled_notify() == ["beta"]
 
     assert [args for args, _ in sent.of("deliver_settled")] == [("beta",)]
+
+
+def test_the_cursor_records_when_it_last_moved(install, conversation, fake_clock):
+    # the console's "updated at" of a consumer's cursor (the raw UPDATE skips auto_now)
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    settle_runs("c1", 2)
+    fake_clock.advance(seconds=3_600)
+
+    settled_deliver_all(extension_id="alpha")
+
+    assert SettledCursor.objects.get(pk="alpha").updated_at == clock.now()

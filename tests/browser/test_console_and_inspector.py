@@ -236,3 +236,19 @@ def test_the_api_docs_render_from_this_origin_under_the_strict_policy(page: Page
     expect(events.first).to_be_attached()
     assert outside == []
     assert refused == []
+
+
+def test_a_markdown_artifact_keeps_its_list_bullets_and_numbers(page: Page, host: Host):
+    # the inspector's own lists have no markers; an artifact's markdown lists keep theirs
+    conversation("lists")
+    operation = op_context(world_id="lists", operation_id="op-md", parent_head=newest_head("lists"))
+    context = started(operation, decl("plan"))
+    emit(context, "plan", "- Day 1\n- Day 2\n\n1. pack\n2. leave\n", "call-md")
+    artifact_services.operation_mark_core_committed(context=operation, head=operation.parent_head)
+    artifact_services.followup_complete(operation_id="op-md", requests=[])
+    log_in(page, host, "/inspect/lists")
+    item = page.locator("#part-artifacts .markdown ul li").first
+    expect(item).to_have_text("Day 1", timeout=30_000)
+    marker = "el => getComputedStyle(el.parentElement).listStyleType"
+    assert item.evaluate(marker) == "disc"
+    assert page.locator("#part-artifacts .markdown ol li").first.evaluate(marker) == "decimal"

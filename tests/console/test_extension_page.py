@@ -167,3 +167,17 @@ def test_a_worker_shows_running_only_while_its_runs_lease_is_live(console, host)
     # a run whose process died: its token stays until a claim records it, its lease ran out
     worker.update(running_until=clock.now_ms() - 1)
     assert badge not in section(console.get(page_url("keeper")).content.decode(), "hy-jobs")
+
+
+def test_a_declared_worker_that_never_ran_is_listed(console, host, monkeypatch):
+    # its state row appears with its first wake; staff see the worker before that
+    from extensions_host import registry
+    from extensions_host.background.declarations import Worker
+
+    nudge = Worker("nudge", wake_on=["conversation_idle"], run=lambda ctx, wake: None)
+    definition = registry.get("keeper").definition
+    monkeypatch.setattr(definition, "workers", (nudge,), raising=False)
+    html = section(console.get(page_url("keeper")).content.decode(), "hy-jobs")
+    assert "worker <code>nudge</code>" in html
+    assert "never ran" in html
+    assert "worker <code>indexer</code>" in html  # the one with a state row, as before

@@ -97,7 +97,7 @@ def test_bootstrap_then_serve_gives_working_docs_admin_login_and_service_token(t
                 headers={"Referer": f"{base}/admin/login/"},
             )
             assert login.status_code == 200
-            assert "Site administration" in page.text
+            assert "Staff console" in page.text
 
         auth = {"Authorization": f"Bearer {token}"}
         listing = httpx.get(f"{base}/v1/conversations", headers=auth)

@@ -142,9 +142,15 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
             return done
         with connection.cursor() as db:
             db.execute(
-                f"UPDATE {_cursors()} SET position = %s, retry_attempt = %s, not_before = %s "  # noqa: S608
-                "WHERE extension_id = %s",
-                [position, attempt, not_before, extension_id],
+                f"UPDATE {_cursors()} SET position = %s, retry_attempt = %s, not_before = %s, "  # noqa: S608
+                "updated_at = %s WHERE extension_id = %s",
+                [
+                    position,
+                    attempt,
+                    not_before,
+                    connection.ops.adapt_datetimefield_value(clock.now()),
+                    extension_id,
+                ],
             )
         return done
 
