@@ -121,6 +121,7 @@ class LifecycleDelivery(models.Model):
     not_before = models.BigIntegerField(default=0)
 
     class Meta:
+        verbose_name_plural = "lifecycle deliveries"
         constraints = [
             models.UniqueConstraint(
                 fields=["extension_id", "event_id"], name="lifecycle_delivery_unique"

@@ -106,6 +106,7 @@ class NotificationDelivery(models.Model):
 
     class Meta:
         ordering = ["id"]
+        verbose_name_plural = "notification deliveries"
         constraints = [
             models.UniqueConstraint(
                 fields=["notification", "extension_id", "notifier"], name="delivery_unique"

@@ -129,3 +129,10 @@ def test_the_admin_is_branded(console, host):
 
     assert "Django administration" not in html and "Django site admin" not in html
     assert "Hyphae console" in html
+
+
+def test_the_menu_spells_its_plurals(console, host):
+    html = console.get(reverse("admin:index")).content.decode()
+
+    assert "Lifecycle deliveries" in html and "Notification deliveries" in html
+    assert "deliverys" not in html
