@@ -37,7 +37,7 @@ class Conversation(TimestampedModel):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="conversations"
     )
-    sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.PRIVATE)
+    sharing = models.CharField(max_length=16, choices=Sharing, default=Sharing.PRIVATE)
     name = models.CharField(max_length=200, blank=True, default="")
     source = models.CharField(max_length=64, blank=True, default="")
     archived = models.BooleanField(default=False)
@@ -84,7 +84,7 @@ class Entry(models.Model):
     """An append-only transcript row. Only `withdrawn` ever changes."""
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="entries")
-    role = models.CharField(max_length=16, choices=Role.choices)
+    role = models.CharField(max_length=16, choices=Role)
     content = models.JSONField(default=list)
     run = models.ForeignKey(
         "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="entries"
@@ -136,9 +136,9 @@ class Submission(TimestampedModel):
     )
     request_id = models.CharField(max_length=128)
     parts = models.JSONField(default=list)
-    delivery = models.CharField(max_length=16, choices=Delivery.choices, default=Delivery.FOLLOW_UP)
+    delivery = models.CharField(max_length=16, choices=Delivery, default=Delivery.FOLLOW_UP)
     not_before = models.DateTimeField(null=True, blank=True)
-    origin_kind = models.CharField(max_length=16, choices=OriginKind.choices)
+    origin_kind = models.CharField(max_length=16, choices=OriginKind)
     origin_user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -151,7 +151,7 @@ class Submission(TimestampedModel):
     # sha256 of the canonical content: an idempotent retry must match it exactly
     fingerprint = models.CharField(max_length=64)
     status = models.CharField(
-        max_length=16, choices=SubmissionStatus.choices, default=SubmissionStatus.QUEUED
+        max_length=16, choices=SubmissionStatus, default=SubmissionStatus.QUEUED
     )
     run = models.ForeignKey(
         "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="submissions"
@@ -197,12 +197,12 @@ class Outcome(models.TextChoices):
 class Run(TimestampedModel):
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="runs")
     claim_key = models.CharField(max_length=128, null=True, blank=True, unique=True)
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.CLAIMED)
+    status = models.CharField(max_length=16, choices=RunStatus, default=RunStatus.CLAIMED)
     claimed_at = models.DateTimeField()
     lease_expires_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     settled_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
+    outcome = models.CharField(max_length=16, choices=Outcome, blank=True, default="")
     answer_entry = models.ForeignKey(
         Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -71,7 +71,7 @@ class BodyLimitMiddleware:
         if request.method in {"GET", "HEAD", "OPTIONS"}:
             return self.get_response(request)
         limit = body_limit_for(request.path)
-        raw_length = request.META.get("CONTENT_LENGTH") or ""
+        raw_length = request.headers.get("content-length") or ""
         if raw_length:
             try:
                 length = int(raw_length)
@@ -106,7 +106,7 @@ def _unsized_body(request: HttpRequest) -> IO[bytes] | None:
     (uvicorn): the request's stream, which Django's handler has already spooled whole.
     """
     if isinstance(request, WSGIRequest):
-        if request.META.get("HTTP_TRANSFER_ENCODING") and "wsgi.input" in request.META:
+        if request.headers.get("transfer-encoding") and "wsgi.input" in request.META:
             return request.META["wsgi.input"]
         return None
     if isinstance(request, ASGIRequest):

@@ -31,7 +31,7 @@ class ApiToken(TimestampedModel):
     name = models.CharField(max_length=100, blank=True, default="")
     prefix = models.CharField(max_length=16, db_index=True)
     digest = models.CharField(max_length=64, unique=True)
-    scope = models.CharField(max_length=16, choices=TokenScope.choices, default=TokenScope.WRITE)
+    scope = models.CharField(max_length=16, choices=TokenScope, default=TokenScope.WRITE)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

@@ -30,7 +30,7 @@ class RosterEntry(TimestampedModel):
     requested_grants = models.JSONField(default=list, blank=True)
     admitted_grants = models.JSONField(default=list, blank=True)
     status = models.CharField(
-        max_length=16, choices=ExtensionStatus.choices, default=ExtensionStatus.RUNNING
+        max_length=16, choices=ExtensionStatus, default=ExtensionStatus.RUNNING
     )
     reason = models.CharField(max_length=512, blank=True, default="")
     stopped_at = models.DateTimeField(null=True, blank=True)

@@ -188,7 +188,7 @@ class WorkerState(models.Model):
     running_until = models.BigIntegerField(null=True, blank=True)
     runs = models.PositiveIntegerField(default=0)
     last_run_at = models.BigIntegerField(null=True, blank=True)
-    last_outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    last_outcome = models.CharField(max_length=16, choices=Outcome, blank=True)
     last_error = models.CharField(max_length=512, blank=True, default="")
     last_duration_ms = models.PositiveIntegerField(null=True, blank=True)
 
@@ -214,7 +214,7 @@ class JobState(models.Model):
     next_run_at = models.BigIntegerField(null=True, blank=True)
     last_run_at = models.BigIntegerField(null=True, blank=True)
     last_scheduled_for = models.BigIntegerField(null=True, blank=True)
-    last_outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    last_outcome = models.CharField(max_length=16, choices=Outcome, blank=True)
     last_error = models.CharField(max_length=512, blank=True, default="")
     last_duration_ms = models.PositiveIntegerField(null=True, blank=True)
     runs = models.PositiveIntegerField(default=0)

@@ -56,7 +56,7 @@ class Notification(models.Model):
     """The notification outbox: one row per event, written in the transaction of its cause;
     every registered notifier gets a `NotificationDelivery`."""
 
-    type = models.CharField(max_length=32, choices=NotificationType.choices)
+    type = models.CharField(max_length=32, choices=NotificationType)
     conversation_id = models.CharField(max_length=64, blank=True, default="")
     job_id = models.CharField(max_length=200, blank=True, default="")
     user = models.CharField(max_length=150, blank=True, default="")  # a username, not a FK
@@ -94,9 +94,7 @@ class NotificationDelivery(models.Model):
     )
     extension_id = models.CharField(max_length=64)
     notifier = models.CharField(max_length=64)
-    status = models.CharField(
-        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
-    )
+    status = models.CharField(max_length=16, choices=DeliveryStatus, default=DeliveryStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     # host clock (epoch ms): when the next attempt may start; for in-flight rows, when the
     # claim's lease ends (a worker that died mid-delivery is retried by the sweep after it)

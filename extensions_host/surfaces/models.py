@@ -30,7 +30,7 @@ class AttentionItem(models.Model):
         "conversations.Conversation", on_delete=models.CASCADE, related_name="attention_items"
     )
     item_id = models.CharField(max_length=256)
-    level = models.CharField(max_length=8, choices=AttentionLevel.choices)
+    level = models.CharField(max_length=8, choices=AttentionLevel)
     # 0 action, 1 warning, 2 info: the view orders by it (most urgent first)
     level_rank = models.PositiveSmallIntegerField()
     title = models.CharField(max_length=200)
@@ -121,7 +121,7 @@ class Interaction(models.Model):
     prompt = models.TextField()
     options = models.JSONField(null=True, blank=True)
     status = models.CharField(
-        max_length=10, choices=InteractionStatus.choices, default=InteractionStatus.PENDING
+        max_length=10, choices=InteractionStatus, default=InteractionStatus.PENDING
     )
     answer = models.JSONField(null=True, blank=True)
     answered_by = models.ForeignKey(

@@ -86,7 +86,7 @@ def route_authorize(
 def _body_check(request: HttpRequest, limit: int) -> None:
     """413 before the handler: the declared length first, then what was actually sent (the
     middleware buffered a chunked body up to the path's registered limit)."""
-    raw = request.META.get("CONTENT_LENGTH") or ""
+    raw = request.headers.get("content-length") or ""
     try:
         declared = int(raw) if raw else 0
     except ValueError:
