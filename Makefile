@@ -44,13 +44,20 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The Python files git knows of (django-upgrade takes file names, not folders)
+PY_FILES = $$(git ls-files '*.py' 2>/dev/null || find . -name '*.py' -not -path './.venv/*')
+
+## lint: ruff, ruff format, django-upgrade and mypy, as CI runs them (the pre-commit hooks too)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/django-upgrade --target-version 5.2 --check $(PY_FILES)
+	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+	$(BIN)/django-upgrade --target-version 5.2 $(PY_FILES) || true
 
 check: $(STAMP)
 	$(BIN)/python manage.py check

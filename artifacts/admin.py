@@ -128,7 +128,7 @@ class RecordChangeList(ChangeList):
         super().get_results(request)
         statuses = selectors.record_statuses(self.result_list)
         for record in self.result_list:
-            record.effective_status = statuses[record.pk]  # type: ignore[attr-defined]
+            record.effective_status = statuses[record.pk]
 
 
 @admin.register(Record)

@@ -84,7 +84,7 @@ class OperationBeginApi(APIView):
 
     @extend_schema_serializer(component_name="OperationBeginInput")
     class InputSerializer(StrictSerializer):
-        context = ContextSerializer()
+        context = ContextSerializer()  # type: ignore[assignment]  # field name
 
     @extend_schema(
         operation_id="artifacts_operation_begin",
@@ -104,7 +104,7 @@ class RequestAttemptBeginApi(APIView):
 
     @extend_schema_serializer(component_name="RequestAttemptBeginInput")
     class InputSerializer(StrictSerializer):
-        context = RequestContextSerializer()
+        context = RequestContextSerializer()  # type: ignore[assignment]  # field name
 
     @extend_schema(
         operation_id="artifacts_request_attempt_begin",
@@ -124,7 +124,7 @@ class ArtifactEmitApi(APIView):
 
     @extend_schema_serializer(component_name="ArtifactEmitInput")
     class InputSerializer(StrictSerializer):
-        context = RequestContextSerializer()
+        context = RequestContextSerializer()  # type: ignore[assignment]  # field name
         # no length bound: an undeclared output of any length is the model's error, a rejection
         # (the body limit bounds it)
         output = StrictCharField(allow_blank=True)
@@ -154,7 +154,7 @@ class ArtifactClearApi(APIView):
 
     @extend_schema_serializer(component_name="ArtifactClearInput")
     class InputSerializer(StrictSerializer):
-        context = RequestContextSerializer()
+        context = RequestContextSerializer()  # type: ignore[assignment]  # field name
         # no length bound: an undeclared output of any length is the model's error, a rejection
         # (the body limit bounds it)
         output = StrictCharField(allow_blank=True)
@@ -182,7 +182,7 @@ class CoreCommittedApi(APIView):
 
     @extend_schema_serializer(component_name="CoreCommittedInput")
     class InputSerializer(StrictSerializer):
-        context = ContextSerializer()
+        context = ContextSerializer()  # type: ignore[assignment]  # field name
         head = id_field(help_text="The conversation's newest entry id after the core result.")
 
     @extend_schema(
@@ -205,7 +205,7 @@ class CoreMaterializationPendingApi(APIView):
 
     @extend_schema_serializer(component_name="CoreMaterializationPendingInput")
     class InputSerializer(StrictSerializer):
-        context = ContextSerializer()
+        context = ContextSerializer()  # type: ignore[assignment]  # field name
         head = id_field()
         message = StrictCharField(max_length=MESSAGE_MAX)
 
@@ -254,7 +254,7 @@ class FollowupBeginApi(APIView):
 
     @extend_schema_serializer(component_name="FollowupBeginInput")
     class InputSerializer(StrictSerializer):
-        context = ContextSerializer()
+        context = ContextSerializer()  # type: ignore[assignment]  # field name
 
     @extend_schema(
         operation_id="artifacts_followup_begin",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Q, QuerySet
@@ -220,7 +220,9 @@ def _payloads(records: list[Record]) -> dict[int, Any]:
     durable = [r.pk for r in records if r.save_mode != Save.NONE]
     texts: dict[int, str] = {}
     if durable:
-        texts.update(Record.objects.filter(pk__in=durable).values_list("pk", "payload"))
+        rows = Record.objects.filter(pk__in=durable).values_list("pk", "payload")
+        # a durable record's payload is never null (artifact_record_ephemeral_payload_not_stored)
+        texts.update(cast("Iterable[tuple[int, str]]", rows))
     texts.update(ephemeral_get_many(r.pk for r in records if r.save_mode == Save.NONE))
     by_pk = {r.pk: r for r in records}
     return {pk: payload_decode(text, by_pk[pk].content_type) for pk, text in texts.items()}

@@ -92,7 +92,7 @@ class DeclarationSerializer(StrictSerializer):
     content_type = serializers.ChoiceField(choices=ContentType.choices)
     renderer = id_field(max_length=NAME_MAX, required=False)
     renderer_revision = id_field(max_length=NAME_MAX, required=False)
-    save = serializers.ChoiceField(choices=Save.choices)
+    save = serializers.ChoiceField(choices=Save.choices)  # type: ignore[assignment]  # field name
     strategy = serializers.ChoiceField(choices=Strategy.choices)
     invalidation = serializers.ChoiceField(choices=Invalidation.choices)
     max_emits = StrictIntegerField(min_value=1, max_value=MAX_EMITS_LIMIT)
@@ -182,7 +182,7 @@ class ProjectionItemSerializer(serializers.Serializer):
     renderer_revision = serializers.CharField(allow_null=True)
     payload = serializers.JSONField(help_text="A string, or any JSON value for JSON outputs.")
     strategy = serializers.ChoiceField(choices=Strategy.choices)
-    save = serializers.ChoiceField(choices=Save.choices)
+    save = serializers.ChoiceField(choices=Save.choices)  # type: ignore[assignment]  # field name
     sequence = serializers.IntegerField()
     head = serializers.CharField()
 
@@ -210,7 +210,7 @@ class DebugRecordSerializer(serializers.Serializer):
     content_type = serializers.ChoiceField(choices=ContentType.choices)
     renderer = serializers.CharField(allow_null=True)
     renderer_revision = serializers.CharField(allow_null=True)
-    save = serializers.ChoiceField(choices=Save.choices)
+    save = serializers.ChoiceField(choices=Save.choices)  # type: ignore[assignment]  # field name
     strategy = serializers.ChoiceField(choices=Strategy.choices)
     invalidation = serializers.ChoiceField(choices=Invalidation.choices)
     tool_call_id = serializers.CharField()

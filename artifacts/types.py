@@ -281,13 +281,13 @@ _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
 def _refuse_retrieval(uri: str) -> Any:
-    raise NoSuchResource(ref=uri)
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs' __init__, unseen by mypy
 
 
 # jsonschema's default registry retrieves any `$ref` URL over HTTP, without a timeout, while
 # the emit holds its world's lock: a contract could make the server fetch what it names. This
 # one resolves only within the contract (and the draft meta-schemas jsonschema adds).
-_LOCAL_ONLY: Registry[Any] = Registry(retrieve=_refuse_retrieval)
+_LOCAL_ONLY: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
 def _has_remote_ref(schema: Any) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db import models
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
@@ -25,7 +26,7 @@ from conversations.models import Conversation, Entry, Run, Submission
 from core.admin import ReadOnlyAdmin
 
 
-def _changelist(model: type, label: str, conversation_id: str) -> str:
+def _changelist(model: type[models.Model], label: str, conversation_id: str) -> str:
     url = reverse(f"admin:conversations_{model._meta.model_name}_changelist")
     return format_html('<a href="{}?conversation={}">{}</a>', url, conversation_id, label)
 

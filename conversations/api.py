@@ -111,7 +111,7 @@ class ConversationListCreateApi(APIView):
         )
         name = StrictCharField(required=False, max_length=200, allow_blank=True, default="")
         sharing = serializers.ChoiceField(choices=Sharing.choices, default=Sharing.PRIVATE)
-        source = StrictCharField(required=False, max_length=64, allow_blank=True, default="")
+        source = StrictCharField(required=False, max_length=64, allow_blank=True, default="")  # type: ignore[assignment]  # field name
 
     @extend_schema(
         operation_id="conversations_list",

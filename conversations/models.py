@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -50,6 +51,12 @@ class Conversation(TimestampedModel):
     last_activity_at = models.DateTimeField()
     # Bumped on every observable change; watchers compare versions.
     version = models.BigIntegerField(default=0)
+
+    # Not columns: what `selectors.conversation_view` and the detail view attach for the reader
+    # (typed here so they are declared in one place).
+    access: str
+    attention: list[dict[str, Any]]
+    ambient: list[dict[str, Any]]
 
     class Meta:
         indexes = [
@@ -211,6 +218,9 @@ class Run(TimestampedModel):
     settled_sequence = models.BigIntegerField(null=True, blank=True, unique=True)
     # What the claim captured for this run: participants, prompt sections, tools, files, …
     capture = models.JSONField(default=dict, blank=True)
+
+    # Not a column: the run's inputs, attached by the run detail view for its serializer
+    input_list: list[Submission]
 
     class Meta:
         ordering = ["id"]

@@ -107,7 +107,7 @@ class OwnerSerializer(serializers.Serializer):
 class ConversationSerializer(serializers.Serializer):
     id = serializers.CharField()
     name = serializers.CharField()
-    source = serializers.CharField()
+    source = serializers.CharField()  # type: ignore[assignment]  # field name
     sharing = serializers.ChoiceField(choices=Sharing.choices)
     archived = serializers.BooleanField()
     archived_at = serializers.DateTimeField(allow_null=True)

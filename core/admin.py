@@ -79,7 +79,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     search_fields = ["prefix", "name", "user__username"]
     exclude = ["digest"]
     actions = ["revoke_selected"]
-    shown_fields = [
+    shown_fields = (
         "user",
         "name",
         "prefix",
@@ -88,13 +88,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "expires_at",
         "last_used_at",
         "revoked_at",
-    ]
+    )
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return self.shown_fields if obj is not None else list(ApiTokenCreateForm.Meta.fields)
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self.shown_fields if obj is not None else tuple(ApiTokenCreateForm.Meta.fields)
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return self.shown_fields if obj is not None else []
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self.shown_fields if obj is not None else ()
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a token is never edited: revoke it and create another

@@ -75,7 +75,8 @@ class TokenListCreateApi(APIView):
         responses={200: TokenPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        tokens = ApiToken.objects.filter(user_id=principal_of(request).user_id)
+        user_id = principal_of(request).user_id  # None for the service principal: no tokens
+        tokens = ApiToken.objects.filter(user_id=user_id) if user_id else ApiToken.objects.none()
         paginator = TokenPagination()
         page = paginator.paginate(request, tokens, view=self)
         return paginator.get_paginated_response(TokenOutputSerializer(page, many=True).data)

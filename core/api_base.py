@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
@@ -15,6 +15,12 @@ from core.db import BIGINT_MAX
 from core.errors import MSG_UNKNOWN_FIELDS, HostError, query_error
 
 MSG_CURSOR = "Cursor is invalid"
+
+
+# A serializer field may carry a name the API needs that is also a Field or Serializer attribute
+# (`source`, `context`, `save`): DRF's metaclass moves declared fields out of the class body, so
+# nothing is shadowed at runtime, but the stubs see a clash. Such a field carries
+# `# type: ignore[assignment]  # field name`.
 
 
 class StrictSerializer(serializers.Serializer):
@@ -63,7 +69,7 @@ class Pagination(CursorPagination):
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 100
-    ordering = "-id"
+    ordering: str | tuple[str, ...] = "-id"
     _query: dict[str, Any] | None = None
 
     def query(
@@ -109,7 +115,8 @@ class Pagination(CursorPagination):
             ) from exc
         if cursor is not None and cursor.position is not None:
             try:
-                valid = self.position_valid(cursor.position)
+                # decoded from the query string: text (the stubs say int)
+                valid = self.position_valid(cast(str, cursor.position))
             except (ValueError, TypeError, OverflowError):
                 valid = False
             if not valid:

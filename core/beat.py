@@ -24,6 +24,8 @@ class HostScheduler(PersistentScheduler):
     BEAT_MARK_SECONDS, whatever the schedule's own intervals; keeps its schedule file where
     CELERY_BEAT_SCHEDULE_FILENAME (HOST_VAR_DIR) or `--schedule` says, making its folder."""
 
+    schedule_filename: str  # set by PersistentScheduler.__init__ (the stubs don't declare it)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._mark_due = 0.0  # monotonic: the first tick writes the mark
         super().__init__(*args, **kwargs)

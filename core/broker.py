@@ -15,6 +15,7 @@ import contextlib
 import os
 import time
 import uuid
+from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
@@ -23,7 +24,9 @@ from kombu.utils.json import dumps
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: dict, **kwargs: object) -> None:
+    # the stubs' two bases disagree (`message` in AbstractChannel, `payload` here): kombu's
+    # filesystem Channel is the one this overrides
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         data = str_to_bytes(dumps(payload))
         name = f"{round(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)

@@ -155,7 +155,8 @@ def as_host_error(exc: Exception) -> HostError | None:
         return HostError("store", "not_found", MSG_NOT_FOUND)
     if isinstance(exc, drf.Throttled):
         # whole seconds, rounded up: never earlier than the window allows, never a second late
-        wait = max(1, math.ceil(exc.wait)) if exc.wait is not None else 1
+        seconds = exc.wait  # type: ignore[attr-defined]  # set in Throttled.__init__; unstubbed
+        wait = max(1, math.ceil(seconds)) if seconds is not None else 1
         return HostError("limit", "throttled", MSG_THROTTLED, retry_after=wait)
     if isinstance(exc, RequestDataTooBig):
         return HostError("limit", "too_large", MSG_TOO_LARGE)
@@ -176,8 +177,8 @@ def query_error(exc: drf.ValidationError | HostError) -> HostError:
         }
         return HostError("contract", "invalid", MSG_INVALID_QUERY, details=details)
     detail = exc.detail
-    details = detail if isinstance(detail, dict) else {"non_field_errors": detail}
-    return HostError("contract", "invalid", MSG_INVALID_QUERY, details=_plain(details))
+    tree = detail if isinstance(detail, dict) else {"non_field_errors": detail}
+    return HostError("contract", "invalid", MSG_INVALID_QUERY, details=_plain(tree))
 
 
 def _plain(value: Any) -> Any:

@@ -90,7 +90,7 @@ class BodyLimitMiddleware:
                     return too_large_response()
                 # what the request reads from now on: the body read here, with its length
                 # (without one, DRF would take the body as empty)
-                request._stream = io.BytesIO(data)  # type: ignore[attr-defined]
+                request._stream = io.BytesIO(data)
                 request.META["CONTENT_LENGTH"] = str(len(data))
                 if isinstance(request, WSGIRequest):
                     request.META["wsgi.input"] = io.BytesIO(data)
@@ -110,7 +110,7 @@ def _unsized_body(request: HttpRequest) -> IO[bytes] | None:
             return request.META["wsgi.input"]
         return None
     if isinstance(request, ASGIRequest):
-        return request._stream  # type: ignore[attr-defined,no-any-return]
+        return request._stream
     return None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
@@ -89,7 +89,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
     target_class = "core.auth.ApiTokenAuthentication"
     name = "bearerAuth"
 
-    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return {
             "type": "http",
             "scheme": "bearer",
@@ -106,7 +106,7 @@ class SessionScheme(OpenApiAuthenticationExtension):
     target_class = "core.auth.SessionPrincipalAuthentication"
     name = "cookieAuth"
 
-    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return {"type": "apiKey", "in": "cookie", "name": "sessionid"}
 
 
@@ -114,7 +114,7 @@ class ProxyScheme(OpenApiAuthenticationExtension):
     target_class = "core.auth.ProxyAuthentication"
     name = "forwardAuth"
 
-    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return {
             "type": "apiKey",
             "in": "header",
@@ -127,7 +127,7 @@ class NoAuthScheme(OpenApiAuthenticationExtension):
     target_class = "core.auth.NoAuthDevelopmentAuthentication"
     name = "developmentNoAuth"
 
-    def get_security_definition(self, auto_schema):  # type: ignore[no-untyped-def]
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return {
             "type": "http",
             "scheme": "bearer",
@@ -139,6 +139,8 @@ class NoAuthScheme(OpenApiAuthenticationExtension):
 from drf_spectacular.openapi import AutoSchema  # noqa: E402
 from drf_spectacular.plumbing import force_instance  # noqa: E402
 
+Direction = Literal["request", "response"]
+
 
 class HostAutoSchema(AutoSchema):
     """Names nested serializers after their view (`TokenListCreateApi.InputSerializer` →
@@ -149,13 +151,13 @@ class HostAutoSchema(AutoSchema):
     `StrictSerializer` body has `additionalProperties: false` (unknown fields are a 400), and
     every write a throttle can refuse documents its 429, every operation its 406."""
 
-    def get_serializer_name(self, serializer, direction):  # type: ignore[no-untyped-def]
+    def get_serializer_name(self, serializer: Any, direction: Direction) -> str:
         parts = type(serializer).__qualname__.split(".")
         if len(parts) > 1:
             return parts[-2].removesuffix("Api") + parts[-1]
         return super().get_serializer_name(serializer, direction)
 
-    def get_auth(self):  # type: ignore[no-untyped-def]
+    def get_auth(self) -> list[dict[str, Any]]:
         """Operations an anonymous caller may use (public ones, and reads of public
         conversations) list the empty requirement `{}`: credentials are optional there."""
         from core.permissions import AllowAnonymousReads, Public
@@ -170,7 +172,9 @@ class HostAutoSchema(AutoSchema):
             auths.append({})
         return auths
 
-    def _map_serializer(self, serializer, direction, bypass_extensions=False):  # type: ignore[no-untyped-def]
+    def _map_serializer(
+        self, serializer: Any, direction: Direction, bypass_extensions: bool = False
+    ) -> dict[str, Any]:
         from core.api_base import StrictSerializer
 
         schema = super()._map_serializer(serializer, direction, bypass_extensions)
@@ -178,7 +182,7 @@ class HostAutoSchema(AutoSchema):
             schema["additionalProperties"] = False
         return schema
 
-    def _get_response_bodies(self, direction="response"):  # type: ignore[no-untyped-def]
+    def _get_response_bodies(self, direction: Direction = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
         # every DRF view negotiates its renderer: an Accept that allows no JSON is a 406
         responses.setdefault(

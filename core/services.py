@@ -23,7 +23,7 @@ BEAT_KEY = "hyphae:beat:last_tick_ms"
 MSG_EXPIRY_NOT_FUTURE = "Token expiry must be in the future"
 MSG_RUNTIME_SCOPE = "Only staff or the runtime may create a token with scope runtime"
 
-SCOPE_RANK = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
+SCOPE_RANK: dict[str, int] = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
 
 
 def token_expiry_check(*, expires_at: dt.datetime | None) -> None:

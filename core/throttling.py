@@ -34,6 +34,9 @@ class WriteRateThrottle(SimpleRateThrottle):
     runtime's service principal are not throttled here."""
 
     scope = "writes"
+    # parsed from the rate by SimpleRateThrottle.__init__ (the stubs don't declare them)
+    num_requests: int
+    duration: int
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         if request.method in SAFE:

@@ -193,7 +193,8 @@ class RosterEntryAdmin(admin.ModelAdmin):
 
         queryset = super().get_queryset(request)
         # the per-row figures only on the list (the change page reads its own sections)
-        if request.resolver_match and request.resolver_match.url_name.endswith("changelist"):
+        match = request.resolver_match
+        if match and match.url_name and match.url_name.endswith("changelist"):
             queryset = roster_list_annotate(queryset)
         return queryset
 
@@ -340,7 +341,10 @@ class RosterEntryAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         # Not wrapped in the admin's usual transaction: every write of this page goes through
         # a service with its own (durable) transaction, which cannot nest in another one.
-        return self._changeform_view(request, object_id, form_url, extra_context)
+        # the view Django's own `changeform_view` wraps in its transaction (a private method:
+        # the stubs leave it out)
+        changeform = self._changeform_view  # type: ignore[attr-defined]
+        return changeform(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: RosterEntry, form: Any, change: bool) -> None:
         if "admitted_grants" in form.changed_data:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import (
     Count,
     IntegerField,
@@ -392,18 +392,20 @@ def _workers(extension_id: str) -> list[dict[str, Any]]:
     ]
     loaded = registry.get(extension_id)
     seen = {row["name"] for row in rows}
+    declared = workers_of(loaded.definition) if loaded is not None else ()
     never_ran = [
-        {"name": worker.name, "runs": 0, "last_run_at": None, "outcome": "", "error": "never ran"}
-        for worker in (workers_of(loaded.definition) if loaded is not None else ())
-        if worker.name not in seen
+        {"name": name, "runs": 0, "last_run_at": None, "outcome": "", "error": "never ran"}
+        for name in sorted(worker.name for worker in declared if worker.name not in seen)
     ]
-    return rows + sorted(never_ran, key=lambda row: row["name"])[: max(ROWS - len(rows), 0)]
+    return rows + never_ran[: max(ROWS - len(rows), 0)]
 
 
 # --- the conversation page ---------------------------------------------------------------------
 
 
-def conversation_sections(*, user: AbstractBaseUser, conversation_id: str) -> dict[str, Any]:
+def conversation_sections(
+    *, user: AbstractBaseUser | AnonymousUser, conversation_id: str
+) -> dict[str, Any]:
     """The sections of one conversation's page: the newest entries, submissions and runs, the
     projection preview (the `project` hooks run read-only, as for the API), visible attention,
     ambient surfaces and interactions."""

@@ -102,11 +102,11 @@ def world_problems(world: World) -> list[Problem]:
     events = Event.objects.filter(world_id=world_id).order_by("sequence", "pk")
     for event in events.iterator(chunk_size=_CHUNK):
         sequences[event.sequence] += 1
-        operation = operations.get(event.operation_id)
-        if operation is None:
+        owner = operations.get(event.operation_id)
+        if owner is None:
             problem(event.sequence, f"event names operation {event.operation_id} of another world")
             continue
-        for message in _event_problems(event, operation, records):
+        for message in _event_problems(event, owner, records):
             problem(event.sequence, message)
         if event.record_id:
             if event.kind == EventKind.SUPERSEDE:

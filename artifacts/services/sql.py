@@ -35,7 +35,9 @@ def _q(name: str) -> str:
 
 
 def _column(model: type[Model], field: str) -> str:
-    return _q(model._meta.get_field(field).column)  # type: ignore[union-attr]
+    found = model._meta.get_field(field)
+    assert isinstance(found, Field) and found.column, f"{model.__name__}.{field} is no column"
+    return _q(found.column)
 
 
 # --- the world lock -----------------------------------------------------------------------------
@@ -169,7 +171,7 @@ def lock_and_read_for_call(
     # `connection` resolves the thread's connection on every attribute: once per call here
     db: BaseDatabaseWrapper = connections[DEFAULT_DB_ALIAS]
     vendor = db.vendor
-    params = [
+    params: list[Any] = [
         tool_call_id,
         tool_call_id,
         request_id,
@@ -182,7 +184,8 @@ def lock_and_read_for_call(
         operation_id,
     ]
     with db.cursor() as cursor:
-        if _one_round_trip(vendor, type(cursor.cursor)):
+        # a class is hashable (the cache's key); the stubs' `type[Any]` hides that
+        if _one_round_trip(vendor, type(cursor.cursor)):  # type: ignore[arg-type]
             cursor.execute(f"{_lock_sql(vendor)};{_call_read_sql(vendor)}", [world_id, *params])
             locked = cursor.fetchone() is not None
             cursor.nextset()
@@ -333,7 +336,8 @@ def rows_write(
     size = (
         _PAGE_POSTGRESQL
         if db.vendor == "postgresql"
-        else db.features.max_query_params // len(ev.attnames)
+        # a backend without a bound on parameters takes PostgreSQL's page
+        else (db.features.max_query_params or _PAGE_POSTGRESQL) // len(ev.attnames)
     )
     pages = [events[start : start + size] for start in range(0, len(events), size)]
     pk, touched = None, False

@@ -150,7 +150,8 @@ class WorldMutation:
         last_record, last_event = (
             World.objects.filter(pk=self.world_id)
             .annotate(**last_sequence_annotations(self.world_id))
-            .values_list("last_record_sequence", "last_event_sequence")
+            # annotated from a dict: the plugin cannot see the names
+            .values_list("last_record_sequence", "last_event_sequence")  # type: ignore[misc]
             .get()
         )
         return max(last_record, last_event)

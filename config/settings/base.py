@@ -288,6 +288,22 @@ SPECTACULAR_SETTINGS = {
     # script), so the docs work offline and under the same Content-Security-Policy as every page
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # the live event stream (an SSE response DRF can't describe) is added to the schema by hand
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "extensions_host.surfaces.schema.add_event_stream",
+    ],
+    # Several models have a `status` with its own choice set: name each enum instead of letting
+    # drf-spectacular invent hashed names (and warn).
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "conversations.models.RunStatus",
+        "OutcomeStatusEnum": "conversations.models.Outcome",
+        "SubmissionStatusEnum": "conversations.models.SubmissionStatus",
+        "ExtensionStatusEnum": "extensions_host.models.ExtensionStatus",
+        "InteractionStatusEnum": "extensions_host.surfaces.models.InteractionStatus",
+        # extension health and notifier health in /v1/meta
+        "HealthStatusEnum": [("ok", "ok"), ("degraded", "degraded")],
+    },
 }
 
 # --- Celery ------------------------------------------------------------------------------------
@@ -373,15 +389,6 @@ LOGGING = {
 }
 
 # --- conversations: OpenAPI enum names ----------------------------------------------------------
-# Runs, outcomes and submissions each have a `status` with its own choice set; name each enum
-# instead of letting drf-spectacular invent hashed names (and warn).
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {
-        "RunStatusEnum": "conversations.models.RunStatus",
-        "OutcomeStatusEnum": "conversations.models.Outcome",
-        "SubmissionStatusEnum": "conversations.models.SubmissionStatus",
-    }
-)
 
 # --- Extension host: hook deadlines, retries, auto-resume, quotas (spec 02 §1, §7) -------------
 # Hook deadlines: 5 s in a request, 30 s in a worker (an extension may override, up to 300 s).
@@ -400,10 +407,6 @@ HOST_QUOTAS = {
     "max_timers": env_int("HOST_QUOTA_MAX_TIMERS", 10_000, minimum=1),
     "max_attention": env_int("HOST_QUOTA_MAX_ATTENTION", 1_024, minimum=1),
 }
-# Name the roster's status enum instead of letting drf-spectacular invent a hashed name.
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {"ExtensionStatusEnum": "extensions_host.models.ExtensionStatus"}
-)
 
 # --- Extension surfaces: send rate, live event stream (spec 04, spec 01 live updates) ----------
 # Per-extension rate of `ctx.send` ("600/min"; "off" disables): over it → AdmissionError(throttled).
@@ -416,12 +419,6 @@ HOST_SSE_POLL_HINTED_SECONDS = env_float("HOST_SSE_POLL_HINTED_SECONDS", 1.0, ma
 HOST_SSE_KEEPALIVE_SECONDS = env_float("HOST_SSE_KEEPALIVE_SECONDS", 15.0, maximum=3600)
 HOST_SSE_LIFETIME_SECONDS = env_float("HOST_SSE_LIFETIME_SECONDS", 300.0, maximum=86400)
 HOST_SSE_RETRY_MS = env_int("HOST_SSE_RETRY_MS", 1000, minimum=100)
-SPECTACULAR_SETTINGS.setdefault(
-    "POSTPROCESSING_HOOKS", ["drf_spectacular.hooks.postprocess_schema_enums"]
-).append("extensions_host.surfaces.schema.add_event_stream")
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {"InteractionStatusEnum": "extensions_host.surfaces.models.InteractionStatus"}
-)
 
 # --- Background work: timers, settled delivery, lifecycle outbox, jobs (spec 03) ---------------
 # Precise timer wakes are scheduled (Celery eta) at most this far ahead; it must stay well below
@@ -507,7 +504,3 @@ CONTENT_SECURITY_POLICY = {
         "form-action": ["'self'"],
     },
 }
-# One name for the ok|degraded health enum (extension health and notifier health in /v1/meta).
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {"HealthStatusEnum": [("ok", "ok"), ("degraded", "degraded")]}
-)

@@ -23,4 +23,4 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # real workers read TEST_BROKER_URL (Redis in CI; a temporary filesystem broker otherwise) and
 # configure both sides themselves.
 CELERY_BROKER_URL = "memory://"
-CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+CELERY_BROKER_TRANSPORT_OPTIONS = {}

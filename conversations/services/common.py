@@ -96,7 +96,7 @@ def conversation_touch(*, conversation_id: str, changed: str, stamp_activity: bo
     """
     if changed not in CHANGES:
         raise ValueError(f"unknown change kind {changed!r}")
-    params = [conversation_id]
+    params: list[Any] = [conversation_id]
     if stamp_activity:
         params.insert(0, connection.ops.adapt_datetimefield_value(clock.now()))
     with connection.cursor() as cursor:  # a plain statement: admissions and settlements run it

@@ -69,9 +69,9 @@ def run_settle(
                 return _settle_replay(
                     run, status=status, answer_entry_id=answer_entry_id, reason=reason
                 )
-            if (
-                status == Outcome.ANSWERED
-                and not Entry.objects.filter(
+            if status == "answered" and not (
+                answer_entry_id is not None
+                and Entry.objects.filter(
                     pk=answer_entry_id, conversation_id=run.conversation_id
                 ).exists()
             ):

@@ -9,11 +9,16 @@ for a stop that is waiting for frames.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
 from django.db import models
 from django.db.models import Q
 
 from core import clock
 from extensions_host.models import RosterEntry
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations  # a dev requirement: for the type checker only
 
 
 class Timer(models.Model):
@@ -165,11 +170,23 @@ def worker_lease_live(now: int) -> Q:
     return ~Q(running_token="") & Q(running_until__isnull=False, running_until__gt=now)
 
 
+class WorkerLease(TypedDict):
+    """What `WorkerStateQuerySet.with_lease` adds to each row."""
+
+    lease_live: bool
+
+
+if TYPE_CHECKING:
+    LeasedWorkerState = WithAnnotations["WorkerState", WorkerLease]
+
+
 class WorkerStateQuerySet(models.QuerySet["WorkerState"]):
-    def with_lease(self, now: int) -> WorkerStateQuerySet:
+    def with_lease(self, now: int) -> models.QuerySet[LeasedWorkerState]:
         """Each row with `lease_live` (`worker_lease_live`: true or false, never null)."""
         live = models.ExpressionWrapper(worker_lease_live(now), output_field=models.BooleanField())
-        return self.annotate(lease_live=live)
+        # the plugin types `annotate()` in a custom QuerySet method with a TypedDict of its own
+        # that never matches a declared one (typeddjango/django-stubs#1190)
+        return self.annotate(lease_live=live)  # type: ignore[return-value]
 
     def lease_free(self, now: int) -> WorkerStateQuerySet:
         """The rows no run holds: none claimed them, or the lease of the run that did ran out."""

@@ -10,6 +10,7 @@ remains, so a backlog drains at full speed and no call runs past its limit.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 from celery import Task, shared_task
 from django.conf import settings
@@ -26,9 +27,17 @@ from extensions_host.background.services import (
     workers,
 )
 
+
+class TimeLimits(TypedDict):
+    """A task's time limits in seconds, as `shared_task` takes them."""
+
+    soft_time_limit: int
+    time_limit: int
+
+
 # a call works for HOST_SWEEP_BUDGET_SECONDS plus at most one page at the worker deadline:
 # the settings refuse a pair that leaves no headroom under this soft limit
-SWEEP_LIMITS = {
+SWEEP_LIMITS: TimeLimits = {
     "soft_time_limit": settings.HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS,
     "time_limit": settings.HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS + 10,
 }

@@ -86,12 +86,12 @@ class ExtensionSecretAdmin(admin.ModelAdmin):
     search_fields = ["key"]
     shown_fields = ["extension", "key", "is_set", "encryption", "created_at", "updated_at"]
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         if obj is None:
-            return ["extension", "key", "value"]
+            return ("extension", "key", "value")
         # the value input only for those who may replace it (a view-only page has no form)
         writable = self.has_change_permission(request, obj)
-        return [*self.shown_fields, "value"] if writable else self.shown_fields
+        return (*self.shown_fields, "value") if writable else tuple(self.shown_fields)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return self.shown_fields if obj is not None else []
@@ -246,7 +246,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_filter = ["action"]
     search_fields = ["actor", "action", "target"]
     date_hierarchy = "at"
-    fields = ["at", "actor", "action", "target", "detail"]
+    fields = ("at", "actor", "action", "target", "detail")
     readonly_fields = fields
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -204,7 +204,11 @@ class SlashCommandSerializer(serializers.Serializer):
     name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     args_hint = serializers.CharField(allow_blank=True)
-    source = serializers.CharField(help_text='"core" or the contributing extension id.')
+    # DRF's metaclass moves declared fields off the class, so this never shadows
+    # `Field.source` at runtime; the stubs see a class attribute overriding it
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text='"core" or the contributing extension id.'
+    )
 
 
 SlashCommandPage = paginated(SlashCommandSerializer, "SlashCommandPage")
@@ -367,7 +371,12 @@ class ExtensionRouteApi(APIView):
     def delete(self, request: Request, extension_id: str, path: str) -> HttpResponseBase:
         return self._dispatch(request, extension_id, path)
 
-    def options(self, request: Request, extension_id: str, path: str) -> HttpResponseBase:
+    # `APIView.options` answers DRF's metadata with a `Response`; this one, like `get` & co.,
+    # takes the URL's arguments and answers what the route does (APIView.dispatch accepts any
+    # HttpResponseBase): an override the stubs cannot express
+    def options(  # type: ignore[override]
+        self, request: Request, extension_id: str, path: str
+    ) -> HttpResponseBase:
         # through the route table like every method (no route answers OPTIONS: 404 or 405),
         # never DRF's metadata about this view
         return self._dispatch(request, extension_id, path)

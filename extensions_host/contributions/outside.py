@@ -101,6 +101,8 @@ def run_outside(*, loaded: LoadedExtension, hook: str, limit: float, call: Calla
     the extension's `activate` when this process has not run it yet."""
     activated(loaded)
     started = time.monotonic()
+    reason: str
+    cause: BaseException
     try:
         return bounded(loaded, hook, limit, call)
     except HostError:

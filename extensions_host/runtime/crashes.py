@@ -29,7 +29,7 @@ from hashlib import sha256
 from typing import Any
 
 from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 
 from extensions_host.runtime.current import PROCESS_EXIT
 
@@ -169,5 +169,7 @@ def _redis(backend: RedisCache) -> Any:
     builds a new client object on every call)."""
     client = _clients.get(id(backend))
     if client is None:
-        client = _clients[id(backend)] = backend._cache.get_client(write=True)
+        # `RedisCache._cache` (its `RedisCacheClient`) is private: the stubs leave it out
+        cache_client: RedisCacheClient = backend._cache  # type: ignore[attr-defined]
+        client = _clients[id(backend)] = cache_client.get_client(write=True)
     return client

@@ -580,7 +580,11 @@ def _lock_roster_rows(
     skip = 2 if limits else 0
     return [
         RosterView(
-            *values[skip : skip + 5],
+            id=values[skip],
+            status=values[skip + 1],
+            revision=values[skip + 2],
+            reason=values[skip + 3],
+            deadline_seconds=values[skip + 4],
             admitted_grants=decode_json(values[skip + 5]) or [],
             quotas=decode_json(values[skip + 6]) or {},
             activation_epoch=values[skip + 7],
@@ -686,7 +690,7 @@ def _invoke(
 def _deadline_failure(frame: Frame, cause: BaseException | None = None) -> _Failure:
     """The frame ran out of time: its own deadline stops the extension; an enclosing call's
     (`Frame.enclosed`) is that call's to judge."""
-    kind = "enclosing" if frame.enclosed else "stop"
+    kind: Literal["enclosing", "stop"] = "enclosing" if frame.enclosed else "stop"
     return _Failure(kind, frame.hook, deadline_reason(frame.hook), cause=cause)
 
 

@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -179,6 +179,16 @@ class Hooks:
 
 
 _UNSET: Any = object()
+
+
+class _CommandFields(TypedDict, total=False):
+    """The `Command` fields `Extension.command` was given (the others keep their defaults)."""
+
+    scope: Literal["global", "conversation"]
+    input: type[BaseModel]
+    output: type[BaseModel] | None
+    admin_only: bool
+    description: str
 
 
 class Extension:
@@ -428,17 +438,17 @@ class Extension:
         """Declare a command and its handler, or attach the handler of a command declared in
         `commands=`. Handlers: `(ctx, conversation_id, data)` for conversation scope,
         `(ctx, data)` for global scope; the return value is the response."""
-        given = {
-            key: value
-            for key, value in {
-                "scope": scope,
-                "input": input,
-                "output": output,
-                "admin_only": admin_only,
-                "description": description,
-            }.items()
-            if value is not _UNSET
-        }
+        given: _CommandFields = {}
+        if scope is not _UNSET:
+            given["scope"] = scope
+        if input is not _UNSET:
+            given["input"] = input
+        if output is not _UNSET:
+            given["output"] = output
+        if admin_only is not _UNSET:
+            given["admin_only"] = admin_only
+        if description is not _UNSET:
+            given["description"] = description
         if name in self.commands:
             if given:
                 raise DefinitionError(f"Extension {self.id}: command {name} is declared twice")

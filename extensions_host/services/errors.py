@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from core.errors import HostError, bound_text
+from core.errors import Category, Cause, HostError, bound_text
 from extensions_host.runtime.stops import redact
 from extensions_host.sdk import AdmissionError, CommandError, SdkError, StateError
 
@@ -20,19 +20,19 @@ def stopped_message(extension_id: str, reason: str) -> str:
     return f"Extension {extension_id} is stopped: {reason}"
 
 
-_COMMAND = {
+_COMMAND: dict[str, tuple[Category, Cause]] = {
     "invalid": ("contract", "invalid"),
     "conflict": ("store", "conflict"),
     "not_found": ("store", "not_found"),
     "rejected": ("extensions", "rejected"),
 }
-_ADMISSION = {
+_ADMISSION: dict[str, tuple[Category, Cause]] = {
     "invalid": ("contract", "invalid"),
     "conflict": ("contract", "conflict"),
     "closed": ("contract", "closed"),
     "throttled": ("limit", "throttled"),
 }
-_STATE = {
+_STATE: dict[str, tuple[Category, Cause]] = {
     "bound": ("contract", "invalid"),
     "conflict": ("store", "conflict"),
     "encode": ("store", "unavailable"),
@@ -48,7 +48,7 @@ def _caller_message(text: str, extension_id: str) -> str:
 
 def host_error_for(error: SdkError, *, extension_id: str) -> HostError:
     """The caller-facing error for a typed failure of a command, route or `transact`."""
-    table = (
+    table: dict[str, tuple[Category, Cause]] = (
         _COMMAND
         if isinstance(error, CommandError)
         else _ADMISSION
@@ -62,7 +62,7 @@ def host_error_for(error: SdkError, *, extension_id: str) -> HostError:
     return HostError(
         category,
         cause,
-        _caller_message(error.message, extension_id),  # type: ignore[arg-type]
+        _caller_message(error.message, extension_id),
         retry_after=retry_after,
     )
 

@@ -171,8 +171,10 @@ def _checked_key(value: Any, what: str) -> str:
 
 
 def _stored_rows(extension_id: str) -> Generator[tuple[str, str, str], None, None]:
-    # a server-side cursor on PostgreSQL: records are streamed, never all in memory
-    return (
+    # a server-side cursor on PostgreSQL: records are streamed, never all in memory. A
+    # generator of our own (the stubs type `iterator()` as a plain Iterator): its `close()`
+    # reaches the queryset's iterator through `yield from`, which closes the cursor.
+    yield from (
         ExtensionRecord.objects.filter(extension_id=extension_id)
         .order_by("pk")
         .values_list("collection", "key", "value")

@@ -164,7 +164,7 @@ def usage_add(*, extension_id: str, records: int, size: int) -> None:
         f"UPDATE {table} SET records = records + %s, bytes = bytes + %s "  # noqa: S608
         "WHERE extension_id = %s AND slot = %s"
     )
-    params = [records, size, extension_id, slot]
+    params: list[int | str] = [records, size, extension_id, slot]
     with connection.cursor() as cursor:  # a plain statement: most writing frames end with it
         cursor.execute(sql, params)
         if cursor.rowcount:

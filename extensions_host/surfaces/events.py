@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
@@ -57,9 +57,10 @@ class _Unavailable(Exception):
 
 def _authenticate(request: HttpRequest) -> Principal:
     """The DRF authentication classes, as every API view runs them."""
-    drf_request = Request(
-        request, authenticators=[cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
-    )
+    # `api_settings` imports the classes the setting names: the stubs type them as the strings
+    classes = api_settings.DEFAULT_AUTHENTICATION_CLASSES
+    authenticators = [cls() for cls in classes]  # type: ignore[operator]
+    drf_request = Request(request, authenticators=authenticators)
     try:
         drf_request.auth  # noqa: B018 (the property authenticates)
     except drf_exceptions.APIException as exc:
@@ -122,14 +123,14 @@ def _change(conversation_id: str, version: int, changed: list[str]) -> str:
 
 
 @read_only_api_view
-async def conversation_events(request: HttpRequest, conversation_id: str) -> HttpResponse:
+async def conversation_events(request: HttpRequest, conversation_id: str) -> HttpResponseBase:
     try:
         principal = await sync_to_async(_open)(request, conversation_id)
     except HostError as exc:
-        response = json_error(exc)
+        refused = json_error(exc)
         if exc.cause == "unauthenticated":
-            response["WWW-Authenticate"] = 'Bearer realm="hyphae"'
-        return response
+            refused["WWW-Authenticate"] = 'Bearer realm="hyphae"'
+        return refused
     stream = event_stream(
         conversation_id=conversation_id, principal=principal, last_seen=last_event_id(request)
     )

@@ -527,6 +527,8 @@ class TestHost:
             )
         else:
             settled = run_settle(run_id=run.pk, status="unanswered", reason=text or "unanswered")
+        # a settled run always has its sequence (`Run`'s check constraint)
+        assert settled.run.settled_sequence is not None
         return Turn(
             run_id=run.pk,
             conversation_id=run.conversation_id,

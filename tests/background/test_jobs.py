@@ -622,6 +622,32 @@ def test_a_due_job_is_handed_out_only_after_the_sweep_commits(
     assert [args for args, _ in sent.of("run_job")] == [(JOB,)]
 
 
+def test_a_broker_failure_handing_out_due_jobs_is_logged_and_the_other_jobs_still_go(
+    install, fake_clock, sent, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    from extensions_host.background import tasks
+    from extensions_host.background.services.jobs import jobs_dispatch_due
+
+    install(two_jobs(Runs()))
+    jobs_dispatch_due()
+    fake_clock.set(state().next_run_at)
+    handed: list[str] = []
+
+    def delay(job_id: str) -> None:
+        if job_id == "ext:alpha:tick":
+            raise ConnectionError("broker unreachable")
+        handed.append(job_id)
+
+    monkeypatch.setattr(tasks.run_job, "delay", delay)
+
+    # on-commit callbacks are robust: the failed send is logged (Django names the callback by
+    # its `__qualname__`), never raised into the committed sweep, and the next job is sent
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sorted(jobs_dispatch_due()) == ["ext:alpha:tick", "ext:alpha:tock"]
+    assert handed == ["ext:alpha:tock"]
+    assert "broker unreachable" in caplog.text
+
+
 def test_duplicate_run_job_tasks_for_one_due_job_run_it_once(
     install, fake_clock, sent, django_capture_on_commit_callbacks
 ):

@@ -9,7 +9,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import connection, transaction
 
@@ -22,6 +22,7 @@ from extensions_host.runtime.deadlines import default_deadline
 from extensions_host.services.roster import eligible_ids as eligible_ids  # the one rule
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 logger = logging.getLogger("extensions_host.background")
 
@@ -39,6 +40,14 @@ def enqueue(send: Callable[[], Any]) -> None:
     """Send a task after the current transaction commits (at once outside one). A broker
     failure is logged, never raised into the committed operation: beat is the safety net."""
     transaction.on_commit(send, robust=True)
+
+
+def enqueue_call(send: Callable[P, object], /, *args: P.args, **kwargs: P.kwargs) -> None:
+    """`enqueue` of `send(*args, **kwargs)` with the arguments bound now: a loop enqueues each
+    item, not the one its variable holds when the transaction commits. (Not a
+    `functools.partial`: Django's robust on-commit logs a failed callback's `__qualname__`,
+    which a partial lacks.)"""
+    enqueue(lambda: send(*args, **kwargs))
 
 
 def kick_ensure(channel: str, extension_ids: Iterable[str]) -> None:

@@ -48,7 +48,12 @@ from core.services import audit_record
 from extensions_host import registry
 from extensions_host.background.declarations import Job, JobRun, PromptAction, job_id, jobs_of
 from extensions_host.background.models import HELD_ACTOR, JobState, JobTrigger, Outcome
-from extensions_host.background.services.common import eligible_ids, enqueue, page_with_retries
+from extensions_host.background.services.common import (
+    eligible_ids,
+    enqueue,
+    enqueue_call,
+    page_with_retries,
+)
 from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
@@ -84,6 +89,7 @@ def instants_between(job: Job, start_ms: int, end_ms: int) -> tuple[int, int | N
     """(count, first, last) of scheduled instants `t` with `start_ms <= t <= end_ms`."""
     if end_ms < start_ms:
         return 0, None, None
+    first: int | None
     if job.every_seconds is not None:
         period = job.every_seconds * 1000
         first = -(-start_ms // period) * period
@@ -181,7 +187,7 @@ def jobs_dispatch_due(*, limit: int = DISPATCH_PAGE) -> list[str]:
         with transaction.atomic(durable=True):
             due = jobs_due(limit=limit, lock=True)
             for jid in due:
-                enqueue(lambda jid=jid: tasks.run_job.delay(jid))
+                enqueue_call(tasks.run_job.delay, jid)
             return due
 
     return with_transient_retries(step)

@@ -47,6 +47,7 @@ from extensions_host.background.services.common import (
     FANOUT_KEY,
     eligible_ids,
     enqueue,
+    enqueue_call,
     kick,
     kick_clear,
     kick_ensure,
@@ -315,7 +316,7 @@ def lifecycle_kick(extension_ids: Iterable[str]) -> list[str]:
     kick_ensure(CHANNEL_LIFECYCLE, ids)
     started = kick(CHANNEL_LIFECYCLE, ids)
     for extension_id in started:
-        enqueue(lambda e=extension_id: tasks.deliver_lifecycle.delay(e))
+        enqueue_call(tasks.deliver_lifecycle.delay, extension_id)
     return started
 
 

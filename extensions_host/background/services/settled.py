@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -34,7 +35,7 @@ from extensions_host.background.models import SettledCursor
 from extensions_host.background.services.common import (
     CHANNEL_SETTLED,
     eligible_ids,
-    enqueue,
+    enqueue_call,
     kick,
     kick_clear,
     kick_ensure,
@@ -118,7 +119,7 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
             outcome = run_frame(
                 extension_id=extension_id,
                 hook="on_settled",
-                call=lambda ctx, chunk=chunk: _deliver(hook, ctx, chunk),
+                call=partial(_deliver, hook, runs=chunk),
                 boundary="worker",
                 page=page,
                 retry_attempt=attempt,
@@ -248,5 +249,5 @@ def _enqueue(extension_ids: list[str]) -> list[str]:
     from extensions_host.background import tasks
 
     for extension_id in extension_ids:
-        enqueue(lambda e=extension_id: tasks.deliver_settled.delay(e))
+        enqueue_call(tasks.deliver_settled.delay, extension_id)
     return extension_ids

@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from hashlib import sha256
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, transaction
 
@@ -45,7 +45,7 @@ from core.errors import HostError
 from extensions_host import registry
 from extensions_host.background.declarations import Worker, WorkerWake, workers_of
 from extensions_host.background.models import Outcome, WorkerState
-from extensions_host.background.services.common import eligible_ids, enqueue
+from extensions_host.background.services.common import eligible_ids, enqueue, enqueue_call
 from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.runtime import deadlines as runtime_deadlines
 from extensions_host.runtime import detached_context, extension_stop
@@ -55,6 +55,9 @@ from extensions_host.runtime.frames import activate_outside
 from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
+
+if TYPE_CHECKING:
+    from extensions_host.background.models import LeasedWorkerState
 
 logger = logging.getLogger("extensions_host.background")
 
@@ -123,10 +126,8 @@ def workers_wake_pending(*, extension_ids: list[str] | None = None, after: int =
     )
     for _, extension_id, name in page:
         if _declared(extension_id, name) is not None:
-            enqueue(
-                lambda e=extension_id, n=name: tasks.run_worker.apply_async(
-                    (e, n), expires=SWEEP_RUN_EXPIRES_S
-                )
+            enqueue_call(
+                tasks.run_worker.apply_async, (extension_id, name), expires=SWEEP_RUN_EXPIRES_S
             )
     return page[-1][0] if len(page) == SWEEP_PAGE else None
 
@@ -353,7 +354,10 @@ def _finish(
 
 def workers_summary() -> list[dict[str, Any]]:
     """Every declared worker with its last run and outcome (for `GET /v1/meta`)."""
-    states = {(s.extension_id, s.name): s for s in WorkerState.objects.with_lease(clock.now_ms())}
+    # declared: the plugin keeps `lease_live` only on a row type written out
+    states: dict[tuple[str, str], LeasedWorkerState] = {
+        (s.extension_id, s.name): s for s in WorkerState.objects.with_lease(clock.now_ms())
+    }
     result = []
     for extension_id, loaded in registry.loaded().items():
         for worker in workers_of(loaded.definition):

@@ -137,7 +137,7 @@ def incompatible_migrations() -> list[dict[str, str]]:
 def meta_build() -> dict[str, Any]:
     rows = list(RosterEntry.objects.all())
     notifiers = notifier_health()
-    extensions = []
+    extensions: list[dict[str, Any]] = []
     for row in rows:
         health = extension_health(row, notifiers)
         extensions.append(

@@ -128,7 +128,7 @@ def _enqueue(delivery_id: int, countdown: float | None = None) -> None:
 
 def event_of(notification: Notification) -> NotificationEvent:
     return NotificationEvent(
-        type=notification.type,  # type: ignore[arg-type]
+        type=notification.type,
         conversation_id=notification.conversation_id or None,
         job_id=notification.job_id or None,
         user=notification.user or None,

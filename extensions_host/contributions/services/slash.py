@@ -170,11 +170,12 @@ def _fork(principal: Principal, conversation_id: str, args: str) -> dict[str, An
     if args:
         if not args.isascii() or not args.isdigit() or len(args) > 18:
             raise HostError("contract", "invalid", MSG_FORK_ARGS, details={"args": [MSG_FORK_ARGS]})
-        at: int | None = int(args)
+        at = int(args)
     else:
-        at = conversation_head(conversation_id=conversation_id)
-        if at is None:
+        head = conversation_head(conversation_id=conversation_id)
+        if head is None:
             raise HostError("contract", "invalid", MSG_FORK_EMPTY)
+        at = head
     created = conversation_fork(principal=principal, conversation_id=conversation_id, at=at)
     child = created.conversation.pk
     return {"notice": f"Forked into {child}", "conversation_id": child}

@@ -39,7 +39,9 @@ MSG_CONVERSATION_MISSING = "Interaction conversation does not exist"
 MSG_OWNED_ELSEWHERE = "Interaction call id belongs to another extension"
 MSG_NOT_FOUND = "Interaction not found"
 ANSWER_MAX_BYTES = 16 * 1024
-CALL_ID_MAX = Interaction._meta.get_field("call_id").max_length
+_call_id_max = Interaction._meta.get_field("call_id").max_length
+assert _call_id_max is not None  # a CharField: Django requires its max_length
+CALL_ID_MAX = _call_id_max
 SETTLE_STATUSES = frozenset({"skipped", "expired", "cancelled"})
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -291,7 +292,7 @@ def _tool_modules(captured: list[Participant], info: RunInfo) -> list[dict[str, 
                 "module_for_run",
                 fn,
                 info,
-                validate=lambda value, p=participant: _module_of(p, value),
+                validate=partial(_module_of, participant),
             )
             module = outcome.value if outcome.ok else None  # a failure stopped it: no module
         if module is not None:
