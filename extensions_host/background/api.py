@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api_base import ListQuerySerializer, RowsPagination, StrictSerializer, paginated
+from core.api_base import EmptyInputSerializer, ListQuerySerializer, RowsPagination, paginated
 from core.auth import principal_of
 from core.permissions import Admin, Authenticated
 from core.schema import error_responses
@@ -63,9 +63,6 @@ class JobListApi(APIView):
 class JobTriggerApi(APIView):
     permission_classes = [Admin]
 
-    class InputSerializer(StrictSerializer):
-        pass
-
     class OutputSerializer(serializers.Serializer):
         job_id = serializers.CharField()
         queued = serializers.BooleanField()
@@ -73,11 +70,12 @@ class JobTriggerApi(APIView):
     @extend_schema(
         operation_id="jobs_trigger",
         summary="Run a job now (admin); the run respects the job's overlap rule",
-        request=None,
-        responses={202: OutputSerializer, **error_responses(400, 401, 403, 404, 503)},
+        request=EmptyInputSerializer,
+        responses={202: OutputSerializer, **error_responses(400, 401, 403, 404, 413, 415, 503)},
     )
     def post(self, request: Request, job_id: str) -> Response:
-        self.InputSerializer(data=request.data or {}).is_valid(raise_exception=True)
+        # no body, or `{}`: any other JSON (`[]`, `null`, `0`, a field) is a 400
+        EmptyInputSerializer(data=request.data).is_valid(raise_exception=True)
         actor = principal_of(request).user.get_username()
         job_trigger(job_id=job_id, actor=actor)
         data = self.OutputSerializer({"job_id": job_id, "queued": True}).data

@@ -169,6 +169,7 @@ def add_worker(extension: Extension, worker: Worker) -> Worker:
     """Attach a worker to an extension definition (names unique per extension)."""
     if not isinstance(worker, Worker):
         raise DefinitionError("add_worker takes a Worker")
+    _require_grant(extension, "lifecycle", f"worker {worker.name}")
     current = workers_of(extension)
     if any(w.name == worker.name for w in current):
         raise DefinitionError(f"Extension {extension.id}: worker {worker.name} is defined twice")
@@ -180,11 +181,23 @@ def add_job(extension: Extension, job: Job) -> Job:
     """Attach a job to an extension definition (names unique per extension)."""
     if not isinstance(job, Job):
         raise DefinitionError("add_job takes a Job")
+    _require_grant(extension, "timers", f"job {job.name}")
+    if job.action_kind == "prompt":
+        _require_grant(extension, "send", f"prompt job {job.name}")
     current = jobs_of(extension)
     if any(j.name == job.name for j in current):
         raise DefinitionError(f"Extension {extension.id}: job {job.name} is defined twice")
     extension.jobs = (*current, job)  # type: ignore[attr-defined]
     return job
+
+
+def _require_grant(extension: Extension, grant: str, what: str) -> None:
+    """A declaration that could never run without its grant is refused at definition, as
+    contributions are (spec 03: workers need `lifecycle`, jobs `timers`, prompt jobs `send`)."""
+    if grant not in extension.grants:
+        raise DefinitionError(
+            f"Extension {extension.id}: declares {what} but does not request the {grant} grant"
+        )
 
 
 def workers_of(extension: Extension) -> tuple[Worker, ...]:

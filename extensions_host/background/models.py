@@ -54,8 +54,10 @@ class Timer(models.Model):
 
 
 class Mark(models.Model):
-    """A named instant or watermark shared by every process (epoch ms, or null):
-    `timer_wake` (the one coalesced next wake), `idle_watermark` (the idle sweep)."""
+    """A named instant, watermark or lease shared by every process (epoch ms, or null):
+    `timer_wake` (the one coalesced next wake), `timer_pump` and `timer_help` (the leases of the
+    waiting sweep and its helper), `idle_watermark` (the idle sweep), and `lifecycle_fanout`,
+    whose row lock lets one lifecycle fan-out run at a time (its value is unused)."""
 
     name = models.CharField(primary_key=True, max_length=64)
     value = models.BigIntegerField(null=True, blank=True)
@@ -229,6 +231,9 @@ class JobState(models.Model):
     extension_id = models.CharField(max_length=64)
     name = models.CharField(max_length=64)
     next_run_at = models.BigIntegerField(null=True, blank=True)
+    # the declared schedule `next_run_at` follows (`Job.schedule_text`; "" on rows older than
+    # this column): a declaration with another one moves it (services.jobs.jobs_ensure)
+    schedule = models.TextField(blank=True, default="")
     last_run_at = models.BigIntegerField(null=True, blank=True)
     last_scheduled_for = models.BigIntegerField(null=True, blank=True)
     last_outcome = models.CharField(max_length=16, choices=Outcome, blank=True)

@@ -3,8 +3,9 @@
 
 All are `acks_late` (a task whose worker died is redelivered), idempotent (row locks, cursors
 and ledgers make a second run a no-op) and time-limited (soft limit above the work budget plus
-one page's time limit). Sweeps are bounded per call and re-enqueue themselves while work
-remains, so a backlog drains at full speed and no call runs past its limit.
+the longest a page can run: 300 s, one frame's longest deadline). Sweeps are bounded per call
+and re-enqueue themselves while work remains, so a backlog drains at full speed and no call
+runs past its limit.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ class TimeLimits(TypedDict):
     time_limit: int
 
 
-# a call works for HOST_SWEEP_BUDGET_SECONDS plus at most one page at the worker deadline:
-# the settings refuse a pair that leaves no headroom under this soft limit
+# a call starts pages for HOST_SWEEP_BUDGET_SECONDS, and its last page runs at most 300 s (a
+# frame has its hook's whole deadline, up to 300 s, never cut by the page): the soft limit is
+# derived from both in the settings, with headroom, so it never interrupts a hook in time
 SWEEP_LIMITS: TimeLimits = {
     "soft_time_limit": settings.HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS,
     "time_limit": settings.HOST_SWEEP_SOFT_TIME_LIMIT_SECONDS + 10,

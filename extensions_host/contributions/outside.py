@@ -21,16 +21,21 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.db import DatabaseError
 
 from core.errors import MSG_NOT_FOUND, HostError
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
 from extensions_host.runtime.current import PROCESS_EXIT
-from extensions_host.runtime.frames import Boundary, RosterView, activate_outside, roster_view
+from extensions_host.runtime.frames import (
+    Boundary,
+    RosterView,
+    activate_outside,
+    hook_deadline,
+    roster_view,
+)
 from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import (
     deadline_reason,
@@ -161,5 +166,15 @@ def _message(loaded: LoadedExtension, text: str) -> str:
     return bound_text(redact(text, loaded.id), 512)
 
 
-def notify_deadline() -> float:
-    return min(settings.HOST_NOTIFY_DEADLINE_MS / 1000, deadlines.MAX_DEADLINE_SECONDS)
+def notify_deadline(
+    loaded: LoadedExtension | None = None,
+    *,
+    row: RosterView | RosterEntry | None = None,
+    declared: float | None = None,
+) -> float:
+    """The deadline of one `notify` call: a hook run in a worker, so the rule of every hook
+    (`hook_deadline`): the notifier's own `deadline_s` (`declared`), else the staff override on
+    the roster `row`, else the extension's `deadline_s`, else the worker default (30 s)."""
+    if loaded is None:
+        return deadlines.default_deadline("worker")
+    return hook_deadline(row, loaded, declared, boundary="worker")

@@ -36,11 +36,16 @@ Pages (spec 03, frames sharing a commit) come in two kinds:
 
 A page does once what a lone frame does each time: it locks the roster rows of the extensions it
 will run in one statement (`page.lock`; they stay locked `FOR SHARE` until the page commits),
-sets the database limits once (a frame sets its own only when its extension's deadline is
-shorter), reads each extension's usage once and adds the page's deltas in one statement per
-extension before the commit. A frame's deadline is its own, cut to what is left of the page's
-time limit — or, with `whole_deadlines`, a frame that would be cut is not started (skipped,
-"page"). Outcome listeners of an optimistic page hear of its frames only after the page ran.
+sets the database limits once (a frame sets its own only when its deadline is another), reads
+each extension's usage once and adds the page's deltas in one statement per extension before
+the commit. A frame's deadline is always its own whole deadline (`hook_deadline`), never cut by
+the page: sharing a commit must not change what a hook may take (spec 03). The page's time
+limit is a budget for starting frames: a frame starts only when its whole deadline ends within
+it; one that does not is not started (skipped, "page") and its item is left for the next page.
+The first frame of a page starts whatever its deadline (`first_always`, the default: else work
+of an extension whose deadline is longer than the budget would never run), so a page runs at
+most max(budget, 300 s). Outcome listeners of an optimistic page hear of its frames only after
+the page ran.
 
 A lone frame on PostgreSQL takes its roster row, its usage and its database limits in one
 statement (`_lock_roster_rows`).
@@ -143,8 +148,10 @@ class FramePage:
     Isolated: each frame runs in a savepoint; a failing frame rolls back only its savepoint and
     its stop is written into the page's transaction; later frames of a stopped extension in the
     page are skipped. Optimistic (`isolated=False`): no savepoints; a failing frame aborts the
-    page (`PageAbort`). The page's frames share one time limit, and the roster rows they use
-    are held `FOR SHARE` until the page commits.
+    page (`PageAbort`). The roster rows its frames use are held `FOR SHARE` until the page
+    commits, so its time is bounded: a frame starts only when its whole deadline ends within the
+    page's time limit (`admits`), the page's first frame whatever its deadline when
+    `first_always`. A frame's own deadline is never cut by the page.
     """
 
     def __init__(
@@ -154,15 +161,16 @@ class FramePage:
         time_limit_s: float,
         db_limit_s: float | None = None,
         isolated: bool = True,
-        whole_deadlines: bool = False,
+        first_always: bool = True,
     ) -> None:
         self.boundary = boundary
         self.deadline_at = time.monotonic() + time_limit_s
-        # the database limits set for the whole page (a frame sets its own only when shorter)
+        # the database limits set for the whole page (a frame sets its own when its deadline
+        # is another)
         self.db_limit_s = time_limit_s if db_limit_s is None else min(db_limit_s, time_limit_s)
         self.isolated = isolated
-        # a frame starts only with its whole deadline ahead (else skipped: "page")
-        self.whole_deadlines = whole_deadlines
+        self.first_always = first_always
+        self.started = 0  # frames admitted so far
         self.stopped: set[str] = set()
         self.rows: dict[str, RosterView] = {}  # roster rows this page holds FOR SHARE
         self.usage = PageUsage()
@@ -172,6 +180,14 @@ class FramePage:
 
     def remaining(self) -> float:
         return max(self.deadline_at - time.monotonic(), deadlines.MIN_DEADLINE_SECONDS)
+
+    def admits(self, deadline_s: float) -> bool:
+        """Whether a frame with this whole deadline may start now: it ends within the page's
+        time limit, or it is the page's first frame (`first_always`)."""
+        if self.remaining() < deadline_s and not (self.first_always and not self.started):
+            return False
+        self.started += 1
+        return True
 
     def lock(self, extension_ids: Iterable[str]) -> None:
         """Take the roster rows of these extensions `FOR SHARE` in one statement, in the page's
@@ -198,7 +214,7 @@ def frame_page(
     time_limit_s: float | None = None,
     db_limit_s: float | None = None,
     isolated: bool = True,
-    whole_deadlines: bool = False,
+    first_always: bool = True,
 ) -> Iterator[FramePage]:
     """Open a page: one durable transaction for several frames."""
     limit = time_limit_s if time_limit_s is not None else deadlines.default_deadline(boundary)
@@ -209,7 +225,7 @@ def frame_page(
                 time_limit_s=limit,
                 db_limit_s=db_limit_s,
                 isolated=isolated,
-                whole_deadlines=whole_deadlines,
+                first_always=first_always,
             )
             deadlines.database_limits(page.db_limit_s)
             yield page
@@ -225,7 +241,7 @@ def run_page(
     time_limit_s: float | None = None,
     db_limit_s: float | None = None,
     optimistic: bool = False,
-    whole_deadlines: bool = False,
+    first_always: bool = True,
 ) -> T:
     """Run `fn(page)` in a page, again from the start after a host-transient database error.
     Optimistic: without savepoints first, and isolated again after a frame failed."""
@@ -237,7 +253,7 @@ def run_page(
             time_limit_s=time_limit_s,
             db_limit_s=db_limit_s,
             isolated=not optimistic or bool(known),
-            whole_deadlines=whole_deadlines,
+            first_always=first_always,
         ) as page:
             page.known.update(known)
             result = fn(page)
@@ -371,6 +387,11 @@ def _attempt(
             if skipped is not None:
                 return skipped
             assert row is not None
+            # the frame's whole deadline, never cut by a page: a page that cannot give it
+            # leaves the frame's item for its next page
+            own = hook_deadline(row, loaded, deadline_s, boundary=boundary)
+            if page is not None and not page.admits(own):
+                return FrameOutcome(status="skipped", skip="page", hook=hook)
             if prepare is not None and prepare() is False:
                 return FrameOutcome(status="skipped", skip="prepare", hook=hook)
             if item is not None and counted.enter_context(
@@ -379,17 +400,15 @@ def _attempt(
                 )
             ):
                 raise _Rollback(_Failure("stop", hook, crashed_reason(hook)))
-            own = hook_deadline(row, loaded, deadline_s, boundary=boundary)
             nested = deadlines.seconds_left_nested()
             enclosed = nested is not None and own >= nested
-            if page is not None and page.whole_deadlines and page.remaining() < own:
-                return FrameOutcome(status="skipped", skip="page", hook=hook)
-            own_limits = own < provisional or (page is None and own != provisional)
+            own_limits = own != provisional
             if own_limits:
-                deadlines.database_limits(own)  # a staff override, or shorter than the page's
-            limit = own if page is None else min(own, page.remaining())
+                # the row's staff override, or a deadline other than the page's (a longer one
+                # needs a longer `statement_timeout` too)
+                deadlines.database_limits(own)
             grants = frozenset(row.admitted_grants)
-            failure = _ensure_activated(loaded, row, grants, limit, page)
+            failure = _ensure_activated(loaded, row, grants, own, page)
             if failure is None and page is not None:
                 failure = page.known.get((loaded.id, hook, key or ""))  # failed in an abort
             if failure is not None:
@@ -401,7 +420,7 @@ def _attempt(
                 mode=mode,
                 grants=grants,
                 quotas=quotas_parsed(row.quotas),
-                deadline_s=limit,
+                deadline_s=own,
                 page=page,
                 enclosed=enclosed,
                 observed=set(observe),
@@ -633,7 +652,9 @@ def hook_deadline(
     extension's `deadline_s`, the boundary's default (5 s request, 30 s worker); never past
     the deadline of the bounded call it runs in, less a margin (a route's `ctx.transact` ends,
     and its stop is recorded, before the route's deadline; nothing it writes commits after it).
-    A page's time limit may cut it further."""
+    A page never cuts it: a frame it cannot give its whole deadline is not started there.
+    Every hook's deadline comes from here: frames, routes, slash commands, worker runs and
+    notifiers."""
     if explicit is not None:
         limit = explicit
     elif row is not None and row.deadline_seconds:

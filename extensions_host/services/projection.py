@@ -53,7 +53,7 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
             time_limit_s=2 * deadline,
             db_limit_s=deadline,
             optimistic=True,
-            whole_deadlines=True,
+            first_always=False,
         )
         for (row, loaded, _, commands), outcome in zip(projected, outcomes, strict=True):
             slots[row.id] = _slot(loaded, outcome, commands=commands)

@@ -4,6 +4,7 @@ job rows make concurrent sweeps and deliverers safe (each item once, nothing twi
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from extensions_host.background.models import (
     SettledCursor,
     Timer,
 )
+from extensions_host.background.services import lifecycle as lifecycle_service
 from extensions_host.background.services.jobs import job_run, jobs_declared, jobs_ensure
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver_all,
@@ -201,3 +203,81 @@ def test_concurrent_lifecycle_deliverers_deliver_each_event_once_in_order(instal
         assert mine == sorted(mine)
     assert not LifecycleDelivery.objects.exists()
     assert {e.n for e in effects("alpha").values()} == {1}
+
+
+def test_a_fan_out_waits_for_the_one_in_progress_so_a_conversations_events_arrive_in_order(
+    install, sent, monkeypatch
+):
+    """Spec 03: 'Events for one conversation reach one extension in the order they happened.'
+    A fan-out holds event 1 of c1 in its page, not committed yet, when event 2 of c1 commits
+    and a second fan-out starts (its kick was cleared when the first started). Had the second
+    fanned out event 2 past the first's page, delivery would find no pending earlier event of
+    c1 and hand event 2 over first."""
+    seen: list[int] = []
+    install(
+        make_ext(
+            "alpha",
+            lifecycle={"conversation_archived": lambda ctx, event: seen.append(event.data["n"])},
+        )
+    )
+    # an event delivered before: the consumer's rows exist (first inserts would wait on each
+    # other and hide the race)
+    lifecycle_record(kind="conversation_archived", conversation_id="c0", payload={"n": 0})
+    lifecycle_fanout_all()
+    lifecycle_deliver_all(extension_id="alpha", budget_s=60)
+    lifecycle_record(kind="conversation_archived", conversation_id="c1", payload={"n": 1})
+
+    in_page, go = threading.Event(), threading.Event()
+    ensure = lifecycle_service.kick_ensure
+
+    def pausing(channel: str, extension_ids: Any) -> None:
+        ensure(channel, extension_ids)
+        if not in_page.is_set():  # the first fan-out's page, before it commits
+            in_page.set()
+            go.wait(timeout=10)
+
+    monkeypatch.setattr(lifecycle_service, "kick_ensure", pausing)
+    second: dict[str, Any] = {}
+
+    def fan_out(n: int) -> None:
+        if n == 0:
+            lifecycle_fanout_all()
+            return
+        assert in_page.wait(timeout=10)
+        lifecycle_record(kind="conversation_archived", conversation_id="c1", payload={"n": 2})
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            second["pid"] = cursor.fetchone()[0]
+        try:
+            lifecycle_fanout_all()
+            lifecycle_deliver_all(extension_id="alpha", budget_s=60)
+        finally:
+            second["done"] = True
+
+    def release_when_the_second_is_done_or_waits() -> None:
+        ends = time.monotonic() + 10  # a bounded poll: the second fan-out ended or waits
+        try:
+            with connection.cursor() as cursor:
+                while not second.get("done") and time.monotonic() < ends:
+                    cursor.execute(
+                        "SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted",
+                        [second.get("pid")],
+                    )
+                    if cursor.fetchone():
+                        break
+                    time.sleep(0.01)
+        finally:
+            go.set()
+            connection.close()
+
+    releaser = threading.Thread(target=release_when_the_second_is_done_or_waits)
+    releaser.start()
+    try:
+        run_threads(2, fan_out)
+    finally:
+        go.set()
+        releaser.join(timeout=10)
+    lifecycle_fanout_all()
+    lifecycle_deliver_all(extension_id="alpha", budget_s=60)
+
+    assert seen == [0, 1, 2], f"conversation c1's events arrived out of order: {seen}"

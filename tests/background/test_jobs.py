@@ -15,12 +15,14 @@ from extensions_host.background.services.jobs import (
     instants_between,
     job_run,
     job_trigger,
+    jobs_due,
     jobs_list,
     jobs_run_due,
     next_after,
 )
 from extensions_host.contributions.models import Notification
 from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import current_frame
 from extensions_host.sdk import CommandError, DefinitionError, Retry
 from extensions_host.services.errors import MSG_UNAVAILABLE, stopped_message
 
@@ -683,3 +685,134 @@ def test_a_trigger_is_audited_with_the_staff_username_not_a_display_name(
     entry = AuditEntry.objects.get(action="job_triggered")
     assert (entry.actor, entry.target) == ("ops", JOB)
     assert JobTrigger.objects.get().actor == "ops"
+
+
+# --- the action's deadline -------------------------------------------------------------------
+
+
+def deadline_job(deadlines: list[float], *, ext_deadline_s: float | None = None, **job: Any):
+    """An extension whose job records the deadline of its action's frame."""
+
+    def action(ctx: Any, run: JobRun) -> None:
+        frame = current_frame()
+        assert frame is not None
+        deadlines.append(frame.deadline_s)
+
+    ext = make_ext("alpha", deadline_s=ext_deadline_s)
+    add_job(ext, Job("tick", action=action, every_seconds=10, **job))
+    return ext
+
+
+def run_due_once(fake_clock: Any) -> None:
+    jobs_run_due()  # declares it
+    fake_clock.set(state().next_run_at)
+    jobs_run_due()
+
+
+def test_a_job_gets_its_extensions_own_deadline(install, fake_clock, sent, settings):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 100
+    deadlines: list[float] = []
+    install(deadline_job(deadlines, ext_deadline_s=20))
+    run_due_once(fake_clock)
+    assert deadlines == [20]
+
+
+def test_a_job_gets_the_staff_deadline_override_of_its_extension(install, fake_clock, sent):
+    deadlines: list[float] = []
+    install(deadline_job(deadlines, ext_deadline_s=20))
+    RosterEntry.objects.filter(pk="alpha").update(deadline_seconds=120)
+    run_due_once(fake_clock)
+    assert deadlines == [120]
+
+
+def test_a_jobs_own_deadline_s_comes_before_its_extensions(install, fake_clock, sent):
+    deadlines: list[float] = []
+    install(deadline_job(deadlines, ext_deadline_s=20, deadline_s=7))
+    run_due_once(fake_clock)
+    assert deadlines == [7]
+
+
+# --- a changed schedule ----------------------------------------------------------------------
+
+
+def release(runs: Runs, version: str, **job: Any):
+    """Version `version` of the extension, declaring the job with the schedule `job`."""
+    ext = make_ext("alpha", version=version)
+    add_job(ext, Job("tick", action=runs, **job))
+    return ext
+
+
+def test_a_changed_schedule_takes_effect_after_an_upgrade(install, fake_clock, sent, api, owner):
+    runs = Runs()
+    start = fake_clock.now_ms()  # midnight UTC
+    install(release(runs, "1.0.0", every_seconds=86_400))
+    jobs_run_due()  # declared: first run at the next midnight
+    fake_clock.advance(seconds=1)
+
+    install(release(runs, "2.0.0", every_seconds=60))  # now every minute
+    fake_clock.advance(seconds=5 * 60)
+    jobs_run_due()
+
+    # seen late (no sweep ran since the upgrade): the latest instant in its grace runs, as any
+    # instant seen late does
+    assert runs.instants == [start + 300_000]
+    assert state().next_run_at == start + 360_000
+    assert state().schedule == "every 60s"
+    (job,) = api(owner).get("/v1/jobs").json()["results"]
+    assert job["schedule"] == "every 60s"
+    assert job["next_run_at"] == clock.from_ms(start + 360_000).isoformat().replace("+00:00", "Z")
+    fake_clock.set(start + 360_000)
+    jobs_run_due()
+    assert runs.instants == [start + 300_000, start + 360_000]
+
+
+def test_a_schedule_moved_later_is_not_handed_out_before_its_new_instant(install, fake_clock, sent):
+    runs = Runs()
+    start = fake_clock.now_ms()
+    install(release(runs, "1.0.0", every_seconds=60))
+    jobs_run_due()
+    fake_clock.advance(seconds=61)  # the old schedule's instant at +60 s came due
+
+    install(release(runs, "2.0.0", every_seconds=3600))
+    jobs_run_due()
+
+    # the old instant, due within its grace when the change was seen, runs as a late instant
+    assert runs.instants == [start + 60_000]
+    assert state().next_run_at == start + 3_600_000
+    assert jobs_due(limit=10) == []  # not handed out again every tick
+    assert jobs_list()[0]["next_run_at"] == clock.from_ms(start + 3_600_000)
+
+
+def test_old_instants_missed_before_a_schedule_change_are_counted_not_run(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
+    runs = Runs()
+    install(release(runs, "1.0.0", every_seconds=10))
+    jobs_run_due()
+    first = state().next_run_at
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+    fake_clock.set(first + 45_000)  # instants first … +40 pass while stopped
+
+    install(release(runs, "2.0.0", every_seconds=60))
+    resume("alpha")
+    jobs_run_due()
+
+    assert runs.runs == []  # catch_up="skip": counted, not run
+    assert (state().missed_runs, state().last_missed_at) == (5, first + 40_000)
+    assert state().next_run_at == next_after(
+        Job("x", action=runs, every_seconds=60), first + 45_000
+    )
+
+
+def test_a_job_row_from_before_schedules_were_recorded_keeps_its_next_run(
+    install, fake_clock, sent
+):
+    install(job_ext(Runs()))
+    jobs_run_due()
+    next_run = state().next_run_at
+    JobState.objects.filter(pk=JOB).update(schedule="")  # as the migration leaves it
+
+    jobs_run_due()
+
+    assert (state().schedule, state().next_run_at) == ("every 10s", next_run)

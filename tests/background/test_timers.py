@@ -271,6 +271,106 @@ def test_a_hook_that_resets_its_own_timer_keeps_it_with_the_new_instant(install,
     assert pending("alpha") == {"repeat": now + 60_000}
 
 
+def test_a_fired_timer_is_gone_while_its_hook_runs_so_re_arming_unless_pending_keeps_it_going(
+    install, fake_clock
+):
+    """Spec 03: 'delete it and call on_timer' (the page deletes its rows in one statement
+    later, which the hook must not see)."""
+    seen: list[tuple[int | None, bool]] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        seen.append((ctx.timers.read(timer.key), ctx.timers.cancel(timer.key)))
+        if ctx.timers.read(timer.key) is None:  # re-arm only when not pending
+            ctx.timers.set(timer.key, timer.due_at + 1000)
+
+    install(make_ext("alpha", on_timer=hook))
+    now = fake_clock.now_ms()
+    set_timers("alpha", tick=now)
+
+    assert timers_fire_page().fired == 1
+    fake_clock.advance(ms=1000)
+    assert timers_fire_page().fired == 1
+
+    assert seen == [(None, False), (None, False)]
+    assert pending("alpha") == {"tick": now + 2000}
+
+
+def test_a_timer_fired_earlier_in_the_page_is_gone_for_the_later_frames(install, fake_clock):
+    seen: dict[str, tuple[int | None, int | None]] = {}
+
+    def hook(ctx: Any, timer: Any) -> None:
+        seen[timer.key] = (ctx.timers.read("first"), ctx.timers.read("second"))
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", first=1, second=2)
+
+    assert timers_fire_page().fired == 2
+
+    assert seen == {"first": (None, 2), "second": (None, None)}
+    assert pending("alpha") == {}
+
+
+def test_a_timer_fired_in_the_page_and_set_again_by_a_later_frame_keeps_the_new_instant(
+    install, fake_clock
+):
+    def hook(ctx: Any, timer: Any) -> None:
+        if timer.key == "second":
+            ctx.timers.set("first", 10**12)
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", first=1, second=2)
+
+    assert timers_fire_page().fired == 2
+
+    assert pending("alpha") == {"first": 10**12}
+
+
+def test_a_fired_timer_does_not_count_toward_the_quota_during_its_hook(install, fake_clock):
+    outcomes: list[str] = []
+    far = fake_clock.now_ms() + 10**9
+
+    def hook(ctx: Any, timer: Any) -> None:
+        try:
+            ctx.timers.set("next", far)
+            outcomes.append("set")
+            ctx.timers.set(timer.key, far)  # a new timer again: over the quota now
+        except StateError as exc:
+            outcomes.append(exc.kind)
+
+    install(make_ext("alpha", on_timer=hook))
+    RosterEntry.objects.filter(pk="alpha").update(quotas={"max_timers": 2})
+    set_timers("alpha", due=1, far=far)
+
+    assert timers_fire_page().fired == 1
+
+    assert outcomes == ["set", "bound"]
+    assert pending("alpha") == {"far": far, "next": far}
+
+
+def test_a_hook_that_re_arms_its_timer_and_then_fails_leaves_it_at_its_instant(install, fake_clock):
+    """The failed frame's re-set is rolled back: the timer stays for the resume (a stop), or
+    moves to the retry instant (`Retry`), with the due_at it fired for."""
+
+    def hook(ctx: Any, timer: Any) -> None:
+        ctx.timers.set(timer.key, 10**12)
+        if timer.key == "retried":
+            raise Retry(2, "later")
+        raise RuntimeError("boom")
+
+    install(make_ext("alpha", on_timer=hook), make_ext("beta", on_timer=hook))
+    now = fake_clock.now_ms()
+    set_timers("alpha", retried=now)
+    set_timers("beta", stopped=now)
+
+    result = timers_fire_page()
+
+    assert (result.retried, result.stopped) == (1, 1)
+    assert pending("alpha") == {"retried": now}
+    assert Timer.objects.get(extension_id="alpha").fire_at == now + 2000
+    assert pending("beta") == {"stopped": now}
+    assert Timer.objects.get(extension_id="beta").fire_at == now
+
+
 def test_a_timer_cancelled_or_reset_by_an_earlier_frame_of_the_page_is_not_fired(
     install, fake_clock
 ):

@@ -26,6 +26,7 @@ from extensions_host.background.services.workers import (
 from extensions_host.contributions.models import Notification
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame
+from extensions_host.runtime.deadlines import seconds_left
 from extensions_host.sdk import DefinitionError, ExtensionStop, StateError
 from extensions_host.services.roster import extension_admit_grants
 
@@ -502,3 +503,52 @@ def test_the_run_tasks_the_worker_sweep_sends_expire_unrun_under_a_backlog(
         (("alpha", "tidy"), {"expires": workers_service.SWEEP_RUN_EXPIRES_S})
     ]
     assert 30 < workers_service.SWEEP_RUN_EXPIRES_S <= 300
+
+
+# --- the run's deadline: the one rule of every hook ---------------------------------------------
+
+
+def deadline_of_a_run(
+    *, ext_deadline_s: float | None = None, **worker: Any
+) -> tuple[Any, list[float]]:
+    """An extension declared with `ext_deadline_s` whose worker records the seconds its run has
+    when it starts (install it, then `run_once`)."""
+    left: list[float] = []
+    ext = make_ext("alpha", deadline_s=ext_deadline_s)
+    add_worker(
+        ext,
+        Worker(
+            "tidy",
+            wake_on=["conversation_archived"],
+            run=lambda ctx, wake: left.append(seconds_left()),
+            **worker,
+        ),
+    )
+    return ext, left
+
+
+def run_once(left: list[float]) -> float:
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    [seconds] = left
+    return seconds
+
+
+def test_a_run_gets_its_extensions_deadline_s(install, sent, settings):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 100
+    ext, left = deadline_of_a_run(ext_deadline_s=2)
+    install(ext)
+    assert 1.9 < run_once(left) <= 2
+
+
+def test_a_run_gets_the_staff_deadline_override_of_its_extension(install, sent):
+    ext, left = deadline_of_a_run()
+    install(ext)
+    RosterEntry.objects.filter(pk="alpha").update(deadline_seconds=120)
+    assert 119 < run_once(left) <= 120
+
+
+def test_a_workers_own_deadline_s_comes_before_its_extensions(install, sent):
+    ext, left = deadline_of_a_run(ext_deadline_s=60, deadline_s=7)
+    install(ext)
+    assert 6 < run_once(left) <= 7

@@ -19,6 +19,8 @@ from extensions_host.contributions.services.notify import (
     notifications_sweep,
 )
 from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime.deadlines import seconds_left
+from extensions_host.sdk import Extension, Notifier
 
 from .exts import make_notifier_ext
 
@@ -137,7 +139,7 @@ def test_a_retry_waits_for_its_backoff(
 def test_a_notifier_past_its_deadline_fails_without_a_stop(
     install, notify_settings, enqueued, django_capture_on_commit_callbacks
 ):
-    notify_settings.HOST_NOTIFY_DEADLINE_MS = 50
+    notify_settings.HOST_HOOK_DEADLINE_WORKER_MS = 50  # the deadline of a notifier without one
 
     def slow(ctx, event):
         time.sleep(2)  # interrupted by the notifier deadline (SIGALRM on this main thread)
@@ -149,6 +151,60 @@ def test_a_notifier_past_its_deadline_fails_without_a_stop(
     delivery = NotificationDelivery.objects.get()
     assert delivery.last_error == "notifier push exceeded its deadline"
     assert RosterEntry.objects.get(pk="ntfy").status == ExtensionStatus.RUNNING
+
+
+def notifier_deadline(install, capture, enqueued, **declared) -> float:
+    """The seconds a `notify` call of an extension declared with `declared` (its `deadline_s`,
+    its notifier's as `notifier_deadline_s`) has when it starts."""
+    left: list[float] = []
+    notifier = Notifier(
+        "push",
+        notify=lambda ctx, event: left.append(seconds_left()),
+        deadline_s=declared.pop("notifier_deadline_s", None),
+    )
+    install(
+        Extension(id="ntfy", version="1.0.0", grants={"notify"}, notifiers=[notifier], **declared)
+    )
+    return _delivered(capture, enqueued, left)
+
+
+def _delivered(capture, enqueued, left: list[float]) -> float:
+    emit(capture)
+    assert notification_deliver(delivery_id=enqueued[-1][0]) == "delivered"
+    [seconds] = left
+    return seconds
+
+
+def test_a_notifier_without_a_deadline_gets_the_worker_default_of_30_s(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    left = notifier_deadline(install, django_capture_on_commit_callbacks, enqueued)
+    assert 29 < left <= 30
+
+
+def test_a_notifier_inherits_its_extensions_deadline_s(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    left = notifier_deadline(install, django_capture_on_commit_callbacks, enqueued, deadline_s=60)
+    assert 59 < left <= 60
+
+
+def test_a_notifier_gets_the_staff_deadline_override_of_its_extension(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    left: list[float] = []
+    install(make_notifier_ext(notify=lambda ctx, event: left.append(seconds_left())))
+    RosterEntry.objects.filter(pk="ntfy").update(deadline_seconds=120)
+    assert 119 < _delivered(django_capture_on_commit_callbacks, enqueued, left) <= 120
+
+
+def test_a_notifiers_own_deadline_s_comes_before_its_extensions(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    left = notifier_deadline(
+        install, django_capture_on_commit_callbacks, enqueued, deadline_s=60, notifier_deadline_s=7
+    )
+    assert 6 < left <= 7
 
 
 def test_a_stopped_extension_s_notifier_is_skipped(

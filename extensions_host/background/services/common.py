@@ -18,7 +18,7 @@ from core.errors import HostError
 from extensions_host.background.models import Kick
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import FramePage, run_page
-from extensions_host.runtime.deadlines import default_deadline
+from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS, default_deadline
 from extensions_host.services.roster import eligible_ids as eligible_ids  # the one rule
 
 T = TypeVar("T")
@@ -110,23 +110,40 @@ def kick_clear(channel: str, extension_id: str) -> None:
 
 
 PAGE_ATTEMPTS = 3
+# A background page starts frames while their whole deadline ends within this many worker
+# default deadlines: a page of default-deadline frames takes frames for its first half
+PAGE_BUDGET_DEADLINES = 2
 
 
-def page_with_retries(
-    fn: Callable[[FramePage], T], *, time_limit_s: float | None = None, optimistic: bool = False
-) -> T:
+def page_budget() -> float:
+    """The time limit of a background page (timers, settled, lifecycle, jobs): twice the worker
+    default deadline, at most 300 s. It bounds when frames start, never what they may take:
+    every frame has its own whole deadline (`hook_deadline`), one that would not end within the
+    budget is left for the next page, and the first frame of a page starts whatever its
+    deadline, so a page runs at most 300 s (the longest deadline)."""
+    return min(PAGE_BUDGET_DEADLINES * default_deadline("worker"), MAX_DEADLINE_SECONDS)
+
+
+def page_with_retries(fn: Callable[[FramePage], T], *, optimistic: bool = False) -> T:
     """`run_page` (group commit, retried after host-transient errors), and again when a stop
-    written into the page could not be written (`store/unavailable`).
+    written into the page could not be written (`store/unavailable`). The page's time limit is
+    `page_budget()`; its database limits are the worker default deadline's (a frame with another
+    deadline sets its own).
 
     Two pages that both hold a failing extension's roster row `FOR SHARE` and both try to stop
     it deadlock; PostgreSQL aborts one, whose stop then reports `store/unavailable`. The page
     was rolled back whole, so running it again is safe (the other page's stop has committed by
     then, and the extension is no longer eligible).
     """
-    limit = default_deadline("worker") if time_limit_s is None else time_limit_s
     for attempt in range(PAGE_ATTEMPTS):
         try:
-            return run_page(fn, boundary="worker", time_limit_s=limit, optimistic=optimistic)
+            return run_page(
+                fn,
+                boundary="worker",
+                time_limit_s=page_budget(),
+                db_limit_s=default_deadline("worker"),
+                optimistic=optimistic,
+            )
         except HostError as exc:
             if exc.cause != "unavailable" or attempt + 1 == PAGE_ATTEMPTS:
                 raise

@@ -27,12 +27,20 @@ missed.
 - A failed run (a typed error, a defect, a refused prompt) records the outcome and emits a
   `job.failed` notification; a defect also stops the extension (frame rules); `Retry` re-offers
   the run after its delay (bounded like every retry).
+- **A changed schedule** (an upgrade declares another `schedule`/`every_seconds`) takes effect
+  when a process running the new declaration first sees the job (the row keeps the schedule
+  its `next_run_at` follows): old instants that came due and did not run are dealt with as
+  missed runs are (the latest runs in its grace or with `catch_up="once"`, the others are
+  counted), else the new schedule's latest instant within the grace runs at once; then the
+  new schedule's instants follow (`_schedule_move`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +68,7 @@ from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import FrameOutcome, FramePage, HookContext, run_frame
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
-from extensions_host.sdk import AdmissionError
+from extensions_host.sdk import AdmissionError, DefinitionError
 
 SWEEP_PAGE = 16
 # due jobs handed out to their own tasks per tick (beat's next tick hands out the rest)
@@ -128,10 +136,11 @@ def jobs_declared() -> dict[str, Declared]:
 
 
 def jobs_ensure(declared: dict[str, Declared]) -> None:
-    """A newly declared job gets a row whose first run is its next instant (never at once)."""
+    """A newly declared job gets a row whose first run is its next instant (never at once); a
+    job declared with another schedule than its row follows moves to it (`_schedule_move`)."""
     if not declared:
         return
-    known = set(JobState.objects.filter(pk__in=list(declared)).values_list("pk", flat=True))
+    known = dict(JobState.objects.filter(pk__in=list(declared)).values_list("pk", "schedule"))
     now = clock.now_ms()
     JobState.objects.bulk_create(
         [
@@ -140,12 +149,99 @@ def jobs_ensure(declared: dict[str, Declared]) -> None:
                 extension_id=item.loaded.id,
                 name=item.job.name,
                 next_run_at=next_after(item.job, now),
+                schedule=item.job.schedule_text,
             )
             for item in declared.values()
             if item.job_id not in known
         ],
         ignore_conflicts=True,
     )
+    moved = {
+        jid: item
+        for jid, item in declared.items()
+        if jid in known and known[jid] != item.job.schedule_text
+    }
+    if moved:
+        _schedules_move(moved)
+
+
+def _schedules_move(moved: dict[str, Declared]) -> None:
+    """Move these jobs' rows to their declared schedule, each re-read under its lock. A row a
+    run holds right now is skipped (`SKIP LOCKED`: beat's sweep never waits for a run): the
+    next sweep, or that job's next run task, moves it."""
+    with transaction.atomic():
+        rows = JobState.objects.select_for_update(no_key=True, skip_locked=True).filter(
+            pk__in=list(moved)
+        )
+        for row in rows:
+            job = moved[row.pk].job
+            if row.schedule == job.schedule_text:
+                continue  # moved meanwhile by another process
+            if not row.schedule and _on_schedule(job, row.next_run_at):
+                # a row older than the `schedule` column, already on this schedule: adopt it
+                row.schedule = job.schedule_text
+                row.save(update_fields=["schedule", "updated_at"])
+                continue
+            _schedule_move(row, job, clock.now_ms())
+
+
+def _schedule_move(row: JobState, job: Job, now: int) -> None:
+    """Move `next_run_at` from the schedule the row followed to `job`'s (an upgrade changed
+    it). The change counts from when a process running the new declaration first sees the job
+    (beat's job sweep, every tick), late by at most the misfire grace, like any instant:
+
+    - instants of the old schedule that came due and did not run are dealt with as the sweep
+      would have: the latest runs (held, as an instant behind a run is) while in its grace or
+      with `catch_up="once"`, the others are counted as missed; the new schedule then starts at
+      its next instant;
+    - otherwise the new schedule's latest instant within the grace (and after the job's last
+      run) runs at once, as an instant the sweep saw late; without one, its next instant.
+
+    `next_run_at` never lands on an instant the new schedule does not have."""
+    pointer = row.next_run_at
+    if pointer is not None and pointer <= now:
+        old = _declared_as(job, row.schedule) if row.schedule else None
+        # a schedule that cannot be read back: only the instant the row points at is known
+        count, _, last = (
+            instants_between(old, pointer, now) if old is not None else (1, pointer, pointer)
+        )
+        waiting = _due_run(row, old or job, now, count=count, last=last)
+        if waiting is not None:
+            JobTrigger.objects.create(
+                job_id=row.pk,
+                actor=HELD_ACTOR,
+                not_before=now,
+                scheduled_for=waiting.scheduled_for,
+                missed_runs=waiting.missed_runs,
+            )
+        row.next_run_at = next_after(job, now)
+    else:
+        grace_ms = settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
+        since = max(now - grace_ms, row.last_run_at or 0, row.last_scheduled_for or 0)
+        _, _, last = instants_between(job, since + 1, now)
+        row.next_run_at = last if last is not None else next_after(job, now)
+    row.schedule = job.schedule_text
+    row.save()
+
+
+_EVERY = re.compile(r"every (\d+)s")
+
+
+def _declared_as(job: Job, schedule: str) -> Job | None:
+    """`job` as declared with `schedule` (a `Job.schedule_text`); None when it does not read
+    back as a schedule."""
+    every = _EVERY.fullmatch(schedule)
+    try:
+        if every is not None:
+            return dataclasses.replace(job, schedule=None, every_seconds=int(every[1]))
+        return dataclasses.replace(job, schedule=schedule, every_seconds=None)
+    except DefinitionError:
+        return None
+
+
+def _on_schedule(job: Job, instant: int | None) -> bool:
+    """Whether `instant` is one of the job's scheduled instants."""
+    return instant is not None and next_after(job, instant - 1) == instant
 
 
 # --- the sweep and one run -------------------------------------------------------------------
@@ -210,15 +306,9 @@ def job_run(*, job_id: str) -> str:
     if declared is None or not eligible_ids("timers", ids=[declared.loaded.id]):
         return "skipped"
     jobs_ensure({job_id: declared})
-    return page_with_retries(
-        lambda page: _run_locked(page, declared), time_limit_s=_time_limit(declared.job)
-    )
-
-
-def _time_limit(job: Job) -> float:
-    from extensions_host.runtime.deadlines import default_deadline
-
-    return min(job.deadline_s or default_deadline("worker"), 300.0) + 5.0
+    # the action is the page's only frame: it starts whatever its deadline (the job's
+    # `deadline_s`, else the extension's or the staff override, else the worker default)
+    return page_with_retries(lambda page: _run_locked(page, declared))
 
 
 def _run_locked(page: FramePage, declared: Declared) -> str:

@@ -10,7 +10,12 @@ API is in `reader`, `shutdown` in `shutdown`, idle detection in `idle`.)
    extension loaded at the roster's revision (a rolling deploy) fans out nothing: the events
    stay unmarked for a process that does. Outbox ids come from a sequence, so a smaller
    id can commit after a larger one; the fan-out never uses an id watermark, it looks for
-   unmarked events, so a late commit is fanned out by the next pass.
+   unmarked events, so a late commit is fanned out by the next pass. One fan-out page at a
+   time, cluster-wide: each page's transaction first locks the `lifecycle_fanout` mark row
+   `FOR UPDATE`, so a second fan-out (beat's tick, or the kick of an event committed
+   meanwhile) waits for the page in progress and then sees its marks and what arrived since.
+   (Pages claimed side by side, skip-locked, let a later event of a conversation be fanned
+   out, and delivered, while an earlier one still sat in the other page.)
 3. **Delivery** (`lifecycle_deliver`): per extension, one deliverer at a time (its consumer row
    is locked, skip-locked), in event order, each event in its own frame (a savepoint of one
    group commit); the pending row is deleted in the frame, with the handler's effects: exactly
@@ -39,6 +44,7 @@ from extensions_host.background.models import (
     LifecycleConsumer,
     LifecycleDelivery,
     LifecycleFanout,
+    Mark,
 )
 from extensions_host.background.services import workers as worker_service
 from extensions_host.background.services.common import (
@@ -63,6 +69,7 @@ from extensions_host.sdk import LIFECYCLE_EVENTS
 
 FANOUT_PAGE = 256
 DELIVERY_PAGE = 64
+FANOUT_LOCK = "lifecycle_fanout"  # the `Mark` row each fan-out page locks: one at a time
 
 
 # --- fan-out ---------------------------------------------------------------------------------
@@ -123,9 +130,11 @@ def lifecycle_fanout(*, limit: int = FANOUT_PAGE) -> tuple[set[str], bool]:
 
     def step() -> tuple[set[str], int]:
         with transaction.atomic(durable=True):
+            _fanout_lock()
             events = list(
-                LifecycleEvent.objects.select_for_update(skip_locked=True)
-                .filter(~Exists(LifecycleFanout.objects.filter(event_id=OuterRef("pk"))))
+                LifecycleEvent.objects.filter(
+                    ~Exists(LifecycleFanout.objects.filter(event_id=OuterRef("pk")))
+                )
                 .order_by("pk")
                 .values_list("pk", "kind", "conversation_id")[:limit]
             )
@@ -157,6 +166,19 @@ def lifecycle_fanout(*, limit: int = FANOUT_PAGE) -> tuple[set[str], bool]:
     return touched, count == limit
 
 
+def _fanout_lock() -> None:
+    """Lock the fan-out's mark row until this transaction ends, waiting for the page of another
+    fan-out in progress (a short wait: a page runs no hook). Created on first use. (SQLite's
+    IMMEDIATE transactions already run one writer at a time.)"""
+
+    def lock() -> bool:
+        return Mark.objects.select_for_update().filter(name=FANOUT_LOCK).exists()
+
+    if not lock():
+        Mark.objects.bulk_create([Mark(name=FANOUT_LOCK, value=None)], ignore_conflicts=True)
+        lock()
+
+
 def lifecycle_deliver(*, extension_id: str, limit: int = DELIVERY_PAGE) -> bool:
     """Deliver one page of pending events to one extension. Returns True when more of its
     events are deliverable now."""
@@ -175,7 +197,7 @@ def lifecycle_deliver(*, extension_id: str, limit: int = DELIVERY_PAGE) -> bool:
         rows = _deliverable(extension_id, limit)
         events = LifecycleEvent.objects.in_bulk([row.event_id for row in rows])
         delivered: list[int] = []
-        progressed = True
+        progressed, page_full = True, False
         for row in rows:
             event = events.get(row.event_id)
             if event is None:  # pruned or deleted by hand: nothing left to deliver
@@ -186,6 +208,9 @@ def lifecycle_deliver(*, extension_id: str, limit: int = DELIVERY_PAGE) -> bool:
                 delivered.append(row.pk)
             elif outcome == "retry":
                 continue
+            elif outcome == "page":
+                page_full = True  # no time left here for its whole deadline: the next page
+                break
             else:
                 progressed = False
                 break  # stopped (or not runnable here): the rest wait for resume
@@ -196,7 +221,7 @@ def lifecycle_deliver(*, extension_id: str, limit: int = DELIVERY_PAGE) -> bool:
             )
         # events held back behind an earlier one of their conversation may be deliverable
         # now: go on while pages make progress
-        return progressed and bool(delivered)
+        return progressed and (bool(delivered) or page_full)
 
     return page_with_retries(body)
 
@@ -256,6 +281,8 @@ def _deliver_one(
         LifecycleDelivery.objects.filter(pk=row.pk).update(
             retry_attempt=F("retry_attempt") + 1, not_before=clock.now_ms() + delay
         )
+    if outcome.status == "skipped" and outcome.skip == "page":
+        return "page"
     return outcome.status
 
 

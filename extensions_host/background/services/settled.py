@@ -9,6 +9,8 @@
   of the last frame that succeeded **in the same transaction**. A failure stops that consumer
   with its cursor after the last batch it took; after resume it receives exactly what it
   missed. The page is optimistic (no savepoint per frame; a failure runs it again isolated).
+  Each batch has the hook's whole deadline; a batch the page has no time left for (its
+  budget, `page_budget`) is delivered by the next page, from the advanced cursor.
 - Consumers are independent: each has its own task and its own row; a stopped or slow one
   never delays another.
 - Triggers: after each settle commits (`settled_notify`) and on every beat tick
@@ -130,6 +132,9 @@ def settled_deliver(*, extension_id: str, batch: int | None = None, frames: int 
             )
             if outcome.status != "ok":
                 retry_after = (outcome.retry_after or 1) if outcome.status == "retry" else None
+                # no time left in this page for the batch's whole deadline: the next page
+                # delivers it
+                done.more = outcome.skip == "page"
                 break
             position, attempt = chunk[-1].sequence, 0
             done.runs += len(chunk)

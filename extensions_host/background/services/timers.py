@@ -13,6 +13,12 @@
   commit together with the hooks' effects. A failing hook aborts the page, which runs again
   with a savepoint per timer: the failing one rolls back alone, its extension's stop is
   written into the page, and its timer stays (it fires after resume).
+- A fired timer is deleted before its hook runs, as far as any hook can tell (spec 03: "delete
+  it and call `on_timer`"): until the page's deletion statement its row is still there, so
+  `ctx.timers` treats the keys fired in the page and not set again since (`_GONE`) as absent:
+  `read` is None, `cancel` is False, `set` is a new timer for the quota (and takes the row
+  over, so the page does not delete it). A frame that fails changes nothing of this: its timer
+  is never gone, and it stays, or moves to its retry instant.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ MSG_INSTANT_INVALID = "A timer instant must be a non-negative integer (epoch mil
 _KEYS = "timers.keys"  # keys this frame set or cancelled
 _COUNT = "timers.count"  # [committed count at first insert, this frame's delta]
 _WAKE = "timers.wake"  # earliest due_at this frame set
+_GONE = "timers.gone"  # keys fired in this page (this frame's own too) and not set again since
 
 
 # --- ctx.timers -----------------------------------------------------------------------------
@@ -106,6 +113,8 @@ class TimerAccess:
         frame = require_read(self._ctx)
         require_grant(self._ctx, "timers", frame)
         check_key(key, "A timer key")
+        if frame is not None and key in frame.scratch.get(_GONE, ()):
+            return None  # fired in this page: deleted, though its row goes when the page ends
         with store_call(frame):
             return timer_read(extension_id=self._ctx.extension_id, key=key)
 
@@ -114,7 +123,12 @@ def timer_set(*, frame: Frame, key: str, due_at: int) -> None:
     """Upsert the timer inside the frame; a new key is checked against the quota first.
 
     Plain statements (every hook that re-arms a timer runs them): the update, and for a new
-    key the insert."""
+    key the insert. A key fired in this page is a new timer whose row is still there: charged
+    first, then the update takes the row over."""
+    gone: set[str] | None = frame.scratch.get(_GONE)
+    fired = gone is not None and key in gone
+    if fired:
+        _count_charge(frame, 1)
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_table()} SET due_at = %s, fire_at = %s, retry_attempt = 0 "  # noqa: S608
@@ -122,17 +136,22 @@ def timer_set(*, frame: Frame, key: str, due_at: int) -> None:
             [due_at, due_at, frame.extension_id, key],
         )
         if not cursor.rowcount:
-            _count_charge(frame, 1)
+            if not fired:
+                _count_charge(frame, 1)
             cursor.execute(
                 f"INSERT INTO {_table()} "  # noqa: S608
                 "(extension_id, key, due_at, fire_at, retry_attempt) VALUES (%s, %s, %s, %s, 0)",
                 [frame.extension_id, key, due_at, due_at],
             )
+    if gone is not None:
+        gone.discard(key)
     frame.scratch.setdefault(_KEYS, set()).add(key)
     _wake_after_commit(frame, due_at)
 
 
 def timer_cancel(*, frame: Frame, key: str) -> bool:
+    if key in frame.scratch.get(_GONE, ()):
+        return False  # fired in this page: already deleted (its row goes when the page ends)
     deleted, _ = Timer.objects.filter(extension_id=frame.extension_id, key=key).delete()
     frame.scratch.setdefault(_KEYS, set()).add(key)
     if deleted:
@@ -160,7 +179,9 @@ def _count_charge(frame: Frame, delta: int) -> None:
                 f"SELECT COUNT(*) FROM {_table()} WHERE extension_id = %s",  # noqa: S608
                 [frame.extension_id],
             )
-            counted = frame.scratch[_COUNT] = [cursor.fetchone()[0], 0]
+            # the rows of timers fired in this page are still there: they are not pending
+            pending = cursor.fetchone()[0] - len(frame.scratch.get(_GONE, ()))
+            counted = frame.scratch[_COUNT] = [pending, 0]
     if delta > 0:
         limit = quota_limit(overrides=frame.quotas, name="max_timers")
         if counted[0] + counted[1] + delta > limit:
@@ -294,7 +315,9 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
     claimed = _claim(ids, now, limit)
     result = PageResult(claimed=len(claimed), late_ms=now - claimed[0][5] if claimed else 0)
     page.lock(row[1] for row in claimed)
-    delete_ids: list[int] = []
+    # per extension, the keys fired in this page and not set again since: their rows are
+    # deleted in one statement at the end; until then `ctx.timers` treats them as absent
+    gone: dict[str, set[str]] = {}
     touched: set[tuple[str, str]] = set()  # keys an earlier frame of this page set or cancelled
     previous = None  # the extension of the frame before: a run of one extension's frames
     for timer_id, extension_id, key, due_at, attempt, _ in claimed:
@@ -309,13 +332,19 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
         # crash counts: the first frame of each run of one extension's frames counts for the
         # run (a death anywhere in it is redelivered as the same page, oldest timers first)
         counted, previous = extension_id != previous, extension_id
-        outcome, keys = _fire_one(page, extension_id, key, due_at, attempt, counted=counted)
+        outcome, keys, left = _fire_one(
+            page,
+            extension_id,
+            key,
+            due_at,
+            attempt,
+            gone=gone.get(extension_id, set()),
+            counted=counted,
+        )
         if outcome.status == "ok":
             result.fired += 1
             touched.update((extension_id, k) for k in keys)
-            if key not in keys:
-                delete_ids.append(timer_id)
-            # else the hook re-set or cancelled its own timer: that is now its state
+            gone[extension_id] = left  # a failed frame's changes were rolled back: not these
         elif outcome.status == "retry":
             result.retried += 1
             delay_ms = math.ceil((outcome.retry_after or 1) * 1000)
@@ -327,6 +356,8 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
             result.stopped_ids.add(extension_id)
         else:
             result.skipped += 1
+    ids_by_key = {(row[1], row[2]): row[0] for row in claimed}
+    delete_ids = [ids_by_key[ext_id, k] for ext_id, fired in gone.items() for k in fired]
     if delete_ids:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -352,16 +383,30 @@ def _claim(ids: list[str], now: int, limit: int) -> list[tuple[int, str, str, in
 
 
 def _fire_one(
-    page: FramePage, extension_id: str, key: str, due_at: int, attempt: int, *, counted: bool
-) -> tuple[FrameOutcome, set[str]]:
+    page: FramePage,
+    extension_id: str,
+    key: str,
+    due_at: int,
+    attempt: int,
+    *,
+    gone: set[str],
+    counted: bool,
+) -> tuple[FrameOutcome, set[str], set[str]]:
+    """Fire one timer in its frame. Returns the outcome, the keys the hook set or cancelled,
+    and the extension's keys fired in the page and not set again (`gone`, this one added)
+    as the frame left them."""
     loaded = registry.get(extension_id)
     hook = loaded.definition.hooks.single.get("on_timer") if loaded is not None else None
     keys: set[str] = set()
+    left = {*gone, key}
 
     def call(ctx: HookContext) -> Any:
         if hook is None:
             raise ExtensionStop(missing_handler_reason("timers"))
         frame = current_frame()
+        if frame is not None:
+            # deleted, then called: the hook sees its timer gone (the row goes with the page)
+            frame.scratch[_GONE] = left
         try:
             return hook(ctx, TimerEvent(key=key, due_at=due_at, fired_at=clock.now_ms()))
         finally:
@@ -378,7 +423,7 @@ def _fire_one(
         item=f"{key}@{due_at}",
         counted=counted,
     )
-    return outcome, keys
+    return outcome, keys, left
 
 
 # --- reads ------------------------------------------------------------------------------------

@@ -47,11 +47,10 @@ from extensions_host.background.declarations import Worker, WorkerWake, workers_
 from extensions_host.background.models import Outcome, WorkerState
 from extensions_host.background.services.common import eligible_ids, enqueue, enqueue_call
 from extensions_host.background.services.notifications import job_failed_notify
-from extensions_host.runtime import deadlines as runtime_deadlines
 from extensions_host.runtime import detached_context, extension_stop
 from extensions_host.runtime.crashes import crashed_reason, delivery_counted
 from extensions_host.runtime.current import PROCESS_EXIT
-from extensions_host.runtime.frames import activate_outside
+from extensions_host.runtime.frames import activate_outside, hook_deadline, roster_view
 from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
@@ -161,10 +160,9 @@ def worker_run(*, extension_id: str, name: str, delivery: str | None = None) -> 
         # `activate` failed (the extension is stopped: its pending wake waits for the resume),
         # or the extension stopped or changed revision meanwhile
         return "stopped" if activation.status == "stopped" else "skipped"
-    limit = min(
-        worker.deadline_s or runtime_deadlines.default_deadline("worker"),
-        runtime_deadlines.MAX_DEADLINE_SECONDS,
-    )
+    # the one rule of every hook: the worker's `deadline_s`, else the staff override, else the
+    # extension's `deadline_s`, else the worker default
+    limit = hook_deadline(roster_view(extension_id), loaded, worker.deadline_s, boundary="worker")
     token = _claim_token(delivery)
     wake = _claim(extension_id, name, token, limit)
     if isinstance(wake, str):

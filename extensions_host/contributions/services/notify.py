@@ -2,8 +2,11 @@
 `run.settled`, delivered to every registered notifier asynchronously (Celery), each call
 deadline-bounded and retried with exponential backoff a bounded number of times.
 
-A notifier that exhausts its retries is reported degraded (in `/v1/meta` health) — it is not
-stopped: a transport being down is not a defect of the extension. The next success makes it ok.
+A `notify` call is a hook run in a worker: its deadline is the notifier's `deadline_s`, else the
+staff override or the extension's `deadline_s`, else the worker default (30 s); overrunning it
+is a failed delivery, retried like any other. A notifier that exhausts its retries is reported
+degraded (in `/v1/meta` health) — it is not stopped: a transport being down is not a defect of
+the extension. The next success makes it ok.
 
 - `notification_emit(...)`: called by the code that causes the event, in its transaction.
 - `notification_deliver(delivery_id=)`: the task body (claim → call outside any transaction →
@@ -206,7 +209,7 @@ def notification_deliver(*, delivery_id: int) -> str:
         run_best_effort(
             loaded=loaded,
             hook=f"notifier {notifier.name}",
-            limit=notifier.deadline_s or notify_deadline(),
+            limit=notify_deadline(loaded, row=roster, declared=notifier.deadline_s),
             call=lambda: notifier.notify(ctx, event),
         )
     except DeliveryFailure as failure:

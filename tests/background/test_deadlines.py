@@ -1,0 +1,224 @@
+"""Deadlines of background hooks (spec 02 §1, spec 03 group commit): every frame of a page has
+its hook's whole deadline — the extension's `deadline_s`, the staff override, else the worker
+default — never cut to what is left of the page; a page with no time left for a frame's whole
+deadline leaves its item to the next page; the sweep tasks' time limits cover the longest page.
+
+The pages' clock is a fake one the hooks advance, so no test sleeps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection, transaction
+
+from core.services import lifecycle_record
+from extensions_host.background import tasks
+from extensions_host.background.models import Timer
+from extensions_host.background.services.lifecycle import (
+    lifecycle_deliver,
+    lifecycle_deliver_all,
+    lifecycle_fanout,
+)
+from extensions_host.background.services.settled import (
+    settled_cursor_initialise,
+    settled_deliver,
+    settled_deliver_all,
+)
+from extensions_host.background.services.timers import timers_fire_page
+from extensions_host.models import ExtensionStatus, RosterEntry
+from extensions_host.runtime import current_frame, frames
+from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
+
+from .conftest import in_frame, roster, settle_runs
+from .exts import make_ext
+
+
+class PageClock:
+    """The monotonic clock of frame pages, advanced by the hooks instead of by sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def page_clock(monkeypatch: pytest.MonkeyPatch) -> PageClock:
+    clock = PageClock()
+    monkeypatch.setattr(frames, "time", clock)
+    return clock
+
+
+class Slow:
+    """A hook that takes `took` seconds of the page's clock and records its frame's deadline."""
+
+    def __init__(self, clock: PageClock | None = None, took: float = 0.0) -> None:
+        self.clock = clock
+        self.took = took
+        self.deadlines: list[float] = []
+
+    def __call__(self, ctx: Any, *args: Any) -> None:
+        frame = current_frame()
+        assert frame is not None
+        self.deadlines.append(frame.deadline_s)
+        if self.clock is not None:
+            self.clock.now += self.took
+
+
+def arm(extension_id: str, *keys: str) -> None:
+    def body(ctx: Any) -> None:
+        for n, key in enumerate(keys):
+            ctx.timers.set(key, n)  # due long ago, in this order
+
+    assert in_frame(extension_id, body).ok
+
+
+# --- timers ----------------------------------------------------------------------------------
+
+
+def test_a_timer_hook_keeps_its_whole_deadline_after_another_extension_used_the_page(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    slow, quick = Slow(page_clock, 0.2), Slow(page_clock, 0.12)
+    install(make_ext("aaslow", on_timer=slow), make_ext("zzquick", on_timer=quick))
+    arm("aaslow", "t")
+    arm("zzquick", "t")
+
+    result = timers_fire_page()
+
+    assert result.fired == 2  # one page
+    assert slow.deadlines == quick.deadlines == [0.3]
+    assert roster("aaslow").status == roster("zzquick").status == ExtensionStatus.RUNNING
+
+
+def test_a_timer_hook_gets_its_extensions_longer_deadline(install, settings):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 100
+    hook = Slow()
+    install(make_ext("alpha", on_timer=hook, deadline_s=2))
+    arm("alpha", "t")
+
+    assert timers_fire_page().fired == 1
+    assert hook.deadlines == [2]
+
+
+def test_a_staff_override_above_the_worker_default_applies_to_timer_hooks(install):
+    hook = Slow()
+    install(make_ext("alpha", on_timer=hook))
+    RosterEntry.objects.filter(pk="alpha").update(deadline_seconds=120)
+    arm("alpha", "t")
+
+    assert timers_fire_page().fired == 1
+    assert hook.deadlines == [120]
+
+
+def test_a_page_without_time_for_a_frames_whole_deadline_leaves_its_timer_to_the_next_page(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300  # the page's budget is twice that: 0.6 s
+    hook = Slow(page_clock, 0.25)
+    install(make_ext("alpha", on_timer=hook))
+    arm("alpha", "t1", "t2", "t3")
+
+    first = timers_fire_page()
+
+    # t1 and t2 started with their 0.3 s ahead; after 0.5 s only 0.1 s was left for t3
+    assert (first.claimed, first.fired, first.skipped) == (3, 2, 1)
+    assert list(Timer.objects.values_list("key", flat=True)) == ["t3"]
+    assert timers_fire_page().fired == 1
+    assert hook.deadlines == [0.3, 0.3, 0.3]
+    assert not Timer.objects.exists()
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+# --- settled and lifecycle -----------------------------------------------------------------
+
+
+def test_settled_batches_each_get_the_whole_deadline_and_the_next_page_takes_the_rest(
+    install, conversation, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    settings.HOST_SETTLED_BATCH = 1
+    hook = Slow(page_clock, 0.2)
+    install(make_ext("alpha", on_settled=hook))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    settle_runs("c1", 3)
+
+    # two batches fit the page's 0.6 s with their whole 0.3 s; the third waits, and more is
+    # reported so the task goes on
+    assert settled_deliver(extension_id="alpha", frames=64) is True
+    assert hook.deadlines == [0.3, 0.3]
+    assert settled_deliver_all(extension_id="alpha") is False
+
+    assert hook.deadlines == [0.3, 0.3, 0.3]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_lifecycle_handler_gets_its_extensions_deadline(install, settings):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 100
+    hook = Slow()
+    install(make_ext("alpha", lifecycle={"conversation_created": hook}, deadline_s=2))
+    with transaction.atomic():
+        lifecycle_record(kind="conversation_created", conversation_id="c1", payload={})
+    lifecycle_fanout()
+
+    lifecycle_deliver_all(extension_id="alpha")
+
+    assert hook.deadlines == [2]
+
+
+def test_a_lifecycle_event_left_for_the_next_page_is_delivered_by_the_same_task(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    hook = Slow(page_clock, 0.25)
+    install(make_ext("alpha", lifecycle={"conversation_created": hook}))
+    with transaction.atomic():
+        for cid in ("c1", "c2", "c3"):
+            lifecycle_record(kind="conversation_created", conversation_id=cid, payload={})
+    lifecycle_fanout()
+
+    # two events fit the page's 0.6 s with their whole 0.3 s; the third is left for the next
+    # page, and the page says so, so this task goes on instead of waiting for beat's sweep
+    assert lifecycle_deliver(extension_id="alpha") is True
+    assert hook.deadlines == [0.3, 0.3]
+    assert lifecycle_deliver_all(extension_id="alpha") is False
+
+    assert hook.deadlines == [0.3, 0.3, 0.3]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+# --- the database side and the task limits ----------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_frame_with_a_longer_deadline_than_the_worker_default_gets_its_statement_timeout(
+    install,
+):
+    shown: list[str] = []
+
+    def hook(ctx: Any, timer: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            shown.append(cursor.fetchone()[0])
+
+    install(make_ext("alpha", on_timer=hook))
+    RosterEntry.objects.filter(pk="alpha").update(deadline_seconds=120)
+    arm("alpha", "t")
+
+    assert timers_fire_page().fired == 1
+    assert shown == ["2min"]
+
+
+@pytest.mark.parametrize(
+    "task",
+    [tasks.fire_timers, tasks.deliver_settled, tasks.deliver_lifecycle, tasks.lifecycle_fanout],
+)
+def test_a_sweep_tasks_soft_time_limit_covers_its_budget_and_the_longest_page(task):
+    longest = django_settings.HOST_SWEEP_BUDGET_SECONDS + MAX_DEADLINE_SECONDS
+    assert task.soft_time_limit > longest
+    assert task.time_limit > task.soft_time_limit
