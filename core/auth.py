@@ -7,6 +7,7 @@ session (with CSRF), and `HOST_AUTH=none` for local development.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import ipaddress
@@ -27,6 +28,15 @@ from core.models import ApiToken, TokenScope
 SERVICE_USERNAME = "hyphae-service"
 DEV_USERNAME = "dev"
 TOKEN_PREFIX = "hy_"  # noqa: S105  (a public prefix, not a secret)
+# Extensions' own users are `ext:<id>` (spec 04: "without a password or login"). Django's
+# username validator refuses ":", so no person's account is in this namespace.
+EXTENSION_USERNAME_PREFIX = "ext:"
+
+
+def sign_in_refused(username: str) -> bool:
+    """Whether a user of this name may never authenticate, by any method: an extension's own
+    user (it owns what its extension creates; signing in as it would take all of that)."""
+    return username.startswith(EXTENSION_USERNAME_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class Principal:
     service: bool
     method: str  # token | service | proxy | session | none
     scope: str = TokenScope.WRITE  # tokens narrow this; other methods act with full rights
+    expires_at: dt.datetime | None = None  # a token's own expiry (a minted token can't outlive it)
 
     @property
     def user_id(self) -> int | None:
@@ -74,7 +85,12 @@ def principal_of(request: Request) -> Principal:
     return auth if isinstance(auth, Principal) else ANONYMOUS
 
 
-def user_principal(user: AbstractBaseUser, method: str, scope: str = TokenScope.WRITE) -> Principal:
+def user_principal(
+    user: AbstractBaseUser,
+    method: str,
+    scope: str = TokenScope.WRITE,
+    expires_at: dt.datetime | None = None,
+) -> Principal:
     return Principal(
         user=user,
         name=user.get_full_name() or user.get_username(),  # type: ignore[attr-defined]
@@ -83,6 +99,7 @@ def user_principal(user: AbstractBaseUser, method: str, scope: str = TokenScope.
         service=False,
         method=method,
         scope=scope,
+        expires_at=expires_at,
     )
 
 
@@ -172,11 +189,11 @@ class ApiTokenAuthentication(_Authentication):
         now = clock.now()  # spec 02 §6: expiry is a due time on the one host clock
         if token is None or (token.expires_at is not None and token.expires_at <= now):
             raise exceptions.AuthenticationFailed()
-        if not token.user.is_active:
+        if not token.user.is_active or sign_in_refused(token.user.get_username()):
             raise exceptions.AuthenticationFailed()
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        return token.user, user_principal(token.user, "token", token.scope)
+        return token.user, user_principal(token.user, "token", token.scope, token.expires_at)
 
 
 def trusted_proxy(remote_addr: str | None) -> bool:
@@ -201,7 +218,9 @@ class ProxyAuthentication(_Authentication):
         username = request.headers.get("X-Forwarded-User", "").strip()
         if not username:
             return None
-        if len(username) > 150:
+        # refused before the lookup: a proxy must not create a user in the extensions'
+        # namespace either (a later extension of that id would inherit it)
+        if len(username) > 150 or sign_in_refused(username):
             raise exceptions.AuthenticationFailed()
         email = request.headers.get("X-Forwarded-Email", "").strip()[:254]
         name = request.headers.get("X-Forwarded-Preferred-Username", "").strip()[:150]
@@ -231,6 +250,8 @@ class SessionPrincipalAuthentication(authentication.SessionAuthentication):
         if result is None:
             return None
         user, _ = result
+        if sign_in_refused(user.get_username()):
+            return None  # as DRF answers for an inactive user: anonymous
         return user, user_principal(user, "session")
 
 

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core import clock
-from core.auth import Principal, token_new
+from core.auth import Principal, sign_in_refused, token_new
 from core.errors import MSG_FORBIDDEN, MSG_NOT_FOUND, HostError
 from core.models import ApiToken, AuditEntry, IdempotencyResult, LifecycleEvent, TokenScope
 
@@ -22,6 +22,8 @@ BEAT_KEY = "hyphae:beat:last_tick_ms"
 
 MSG_EXPIRY_NOT_FUTURE = "Token expiry must be in the future"
 MSG_RUNTIME_SCOPE = "Only staff or the runtime may create a token with scope runtime"
+MSG_NO_SIGN_IN = "This user cannot sign in"
+MSG_OUTLIVES_TOKEN = "A token cannot create a token that expires after it does"  # noqa: S105
 
 SCOPE_RANK: dict[str, int] = {TokenScope.READ: 0, TokenScope.WRITE: 1, TokenScope.RUNTIME: 2}
 
@@ -41,7 +43,10 @@ def token_create(
     *, user: Any, name: str, scope: str, expires_at: dt.datetime | None, actor: str = ""
 ) -> tuple[ApiToken, str]:
     """Create a token for `user`; returns the row and the raw token (shown once). Staff
-    creating one for a user name themselves as `actor`: the creation is audited."""
+    creating one for a user name themselves as `actor`: the creation is audited. A user who
+    may never sign in (an extension's own, `sign_in_refused`) gets none."""
+    if sign_in_refused(user.get_username()):
+        raise HostError("auth", "forbidden", MSG_NO_SIGN_IN)
     token_expiry_check(expires_at=expires_at)
     raw, prefix, digest = token_new()
     with transaction.atomic():
@@ -58,17 +63,24 @@ def token_create(
     return token, raw
 
 
-def token_scope_check(*, principal: Principal, scope: str) -> None:
+def token_scope_check(
+    *, principal: Principal, scope: str, expires_at: dt.datetime | None = None
+) -> None:
     """Who may mint a token of `scope` for themselves (403 `auth/forbidden` otherwise).
 
-    A token never mints a token wider than itself. Scope `runtime` acts for the platform (the
-    runtime endpoints ignore conversation sharing, spec 07), so only staff (admins) and
-    principals that already hold it (the service principal, a `runtime` token) may mint it: a
-    plain user's session or forward-auth login may not."""
+    A token never mints a token wider than itself: not of a wider scope, and not one that
+    outlives it (else a stolen short-lived token would buy a permanent one). Scope `runtime`
+    acts for the platform (the runtime endpoints ignore conversation sharing, spec 07), so only
+    staff (admins) and principals that already hold it (the service principal, a `runtime`
+    token) may mint it: a plain user's session or forward-auth login may not."""
     if scope == TokenScope.RUNTIME and not (principal.admin or principal.is_runtime):
         raise HostError("auth", "forbidden", MSG_RUNTIME_SCOPE)
     if principal.method == "token" and SCOPE_RANK[scope] > SCOPE_RANK[principal.scope]:
         raise HostError("auth", "forbidden", MSG_FORBIDDEN)
+    if principal.expires_at is not None and (
+        expires_at is None or expires_at > principal.expires_at
+    ):
+        raise HostError("auth", "forbidden", MSG_OUTLIVES_TOKEN)
 
 
 def token_mint(
@@ -76,7 +88,7 @@ def token_mint(
 ) -> tuple[ApiToken, str]:
     """`POST /v1/auth/tokens`: a token for the principal's own user, within what it may mint
     (`token_scope_check`); nothing is written when it may not."""
-    token_scope_check(principal=principal, scope=scope)
+    token_scope_check(principal=principal, scope=scope, expires_at=expires_at)
     return token_create(user=principal.user, name=name, scope=scope, expires_at=expires_at)
 
 

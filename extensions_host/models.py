@@ -48,7 +48,21 @@ class RosterEntry(TimestampedModel):
         validators=[MinValueValidator(0.001), MaxValueValidator(300)],
         help_text="Per-extension hook deadline override (≤ 300 s).",
     )
-    auto_resume = models.BooleanField(default=True)
+    # Auto-resume needs both: the current definition's declaration (`Extension(auto_resume=…)`,
+    # rewritten by every sync) and staff's switch (kept across versions). See
+    # `auto_resume_effective`.
+    declared_auto_resume = models.BooleanField(
+        default=True,
+        editable=False,
+        help_text="What the installed version declares (auto_resume=…); set by sync_roster.",
+    )
+    auto_resume = models.BooleanField(
+        default=True,
+        help_text=(
+            "Staff switch: off keeps this extension stopped after a stop until staff resume it. "
+            "On, it auto-resumes only if the extension also declares auto_resume."
+        ),
+    )
     restart_count = models.PositiveSmallIntegerField(default=0)
     last_error = models.CharField(max_length=512, blank=True, default="")
     next_auto_resume_at = models.DateTimeField(null=True, blank=True)
@@ -80,6 +94,12 @@ class RosterEntry(TimestampedModel):
 
     def __str__(self) -> str:
         return f"{self.id} {self.version} ({self.status})"
+
+    @property
+    def auto_resume_effective(self) -> bool:
+        """Whether a stop is auto-resumed: declared by the installed version and not turned off
+        by staff (`HOST_AUTO_RESUME` aside)."""
+        return self.declared_auto_resume and self.auto_resume
 
     @property
     def pending_grants(self) -> list[str]:

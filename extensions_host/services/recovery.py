@@ -15,7 +15,7 @@ AUTO_RESUME_BACKOFF_SECONDS: tuple[int, ...] = (60, 300, 1800)
 def auto_resume_next_at(*, row: RosterEntry, stopped_at: dt.datetime) -> dt.datetime | None:
     """When the auto-resume sweep should resume this stopped extension (None: leave it to
     staff)."""
-    if not (row.auto_resume and settings.HOST_AUTO_RESUME):
+    if not (row.auto_resume_effective and settings.HOST_AUTO_RESUME):
         return None
     if row.restart_count >= len(AUTO_RESUME_BACKOFF_SECONDS):
         return None

@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, OperationalError, ProgrammingError, connection, transaction
 
 from core import clock
+from core.auth import EXTENSION_USERNAME_PREFIX
 from core.errors import MSG_NOT_FOUND, HostError
 from core.services import audit_record
 from extensions_host import registry
@@ -59,7 +60,14 @@ class SyncReport:
 
 
 def service_username(extension_id: str) -> str:
-    return f"ext:{extension_id}"
+    return f"{EXTENSION_USERNAME_PREFIX}{extension_id}"
+
+
+def service_source(extension_id: str) -> str:
+    """The `source` of a conversation an extension creates without naming one: `ext:<id>`
+    (spec 04), cut to the 64 characters a source holds (spec 01; ids run to 63 characters, and
+    `conversation_ensure` refuses a longer source rather than cutting it)."""
+    return service_username(extension_id)[:64]
 
 
 def settled_consumer_cursor_initialise(*, extension_id: str) -> None:
@@ -131,10 +139,11 @@ def roster_sync(*, extensions: dict[str, LoadedExtension] | None = None) -> Sync
                 .exclude(status=ExtensionStatus.UNINSTALLED)
             )
             for row in gone:
-                # none of its hooks run; its data is kept until staff purge it
+                # None of its hooks run; its data is kept until staff purge it. A stop is kept
+                # too (reason, `stopped_at`, restart count and auto-resume schedule; the sweep
+                # resumes only `stopped` rows): a reinstall at the same revision is stopped again.
                 row.status = ExtensionStatus.UNINSTALLED
-                row.next_auto_resume_at = None
-                row.save(update_fields=["status", "next_auto_resume_at", "updated_at"])
+                row.save(update_fields=["status", "updated_at"])
                 report.uninstalled.append(row.id)
         return report
 
@@ -182,20 +191,30 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
             requested_grants=requested,
             admitted_grants=requested if auto_admit else [],
             status=ExtensionStatus.RUNNING,
-            auto_resume=definition.auto_resume,
+            declared_auto_resume=definition.auto_resume,
         )
         row.save(force_insert=True)
         report.installed.append(row.id)
     else:
-        if row.revision != loaded.revision or row.status == ExtensionStatus.UNINSTALLED:
-            # an upgrade (or a reinstall) is a fresh chance: running, auto-resume counters reset
-            if row.revision != loaded.revision:
-                report.new_revision.append(row.id)
+        if row.revision != loaded.revision:
+            # an upgrade is a fresh chance: running, auto-resume counters reset
+            report.new_revision.append(row.id)
             _clear_stop(row)
             row.restart_count = 0
             row.activation_epoch += 1
-        elif row.status == ExtensionStatus.STOPPED:
+        elif row.status == ExtensionStatus.UNINSTALLED:
+            # A reinstall at the same revision is the same code: a stop it had is kept (every
+            # process syncs at start, so a process or a rollback without it must not resume
+            # it), with its restart count and auto-resume schedule.
+            if row.stopped_at is None:
+                row.status = ExtensionStatus.RUNNING
+                row.activation_epoch += 1
+            else:
+                row.status = ExtensionStatus.STOPPED
+        if row.status == ExtensionStatus.STOPPED:
             report.kept_stopped.append(row.id)
+        # re-read at every sync, apart from staff's switch (`auto_resume`): both must allow it
+        row.declared_auto_resume = definition.auto_resume
         row.version = definition.version
         row.revision = loaded.revision
         row.fingerprint = loaded.fingerprint
@@ -212,6 +231,10 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
         settled_consumer_cursor_initialise(extension_id=row.id)
     usage_slots_ensure(extension_id=row.id)
     extension_user(row.id)
+    # one made active before it was created inactive (or reactivated by staff): no login
+    get_user_model().objects.filter(username=service_username(row.id), is_active=True).update(
+        is_active=False
+    )
     stop_reason = state_migrate(loaded=loaded, row=row)
     if stop_reason is not None and row.status == ExtensionStatus.STOPPED:
         # kept stopped, and its state still cannot open: that is the reason now
@@ -241,13 +264,19 @@ def _clear_stop(row: RosterEntry) -> None:
 def extension_user(extension_id: str) -> AbstractBaseUser:
     """The extension's own user `ext:<id>` (no password, no login): the owner of the
     conversations it creates and who its host API calls act as by default. `roster_sync`
-    creates it; it is created here too when an older roster predates it."""
+    creates it; it is created here too when an older roster predates it.
+
+    No method signs it in: it is inactive with an unusable password (Django's login and the
+    admin refuse it) and every authentication class refuses its namespace
+    (`core.auth.sign_in_refused`)."""
     user_model = get_user_model()
     username = service_username(extension_id)
     user = user_model.objects.filter(username=username).first()
     if user is not None:
         return user
-    user = user_model(username=username, first_name=f"Extension {extension_id}"[:150])
+    user = user_model(
+        username=username, first_name=f"Extension {extension_id}"[:150], is_active=False
+    )
     user.set_unusable_password()
     try:
         # a savepoint: losing a race to create it must not break the caller's transaction
@@ -293,7 +322,10 @@ def roster_auto_resume_due(*, limit: int = 64) -> list[str]:
             due = (
                 RosterEntry.objects.select_for_update(skip_locked=True)
                 .filter(
-                    status=ExtensionStatus.STOPPED, auto_resume=True, next_auto_resume_at__lte=now
+                    status=ExtensionStatus.STOPPED,
+                    auto_resume=True,
+                    declared_auto_resume=True,
+                    next_auto_resume_at__lte=now,
                 )
                 .order_by("next_auto_resume_at", "id")[:limit]
             )

@@ -12,7 +12,9 @@ the runtime's `register_capability`:
   `run_tools`, any hook).
 
 Guards come from the runtime (`require_write`, `require_read`, `require_grant`, `store_call`):
-a write outside the extension's own frame is a defect that stops it.
+a write outside the extension's own frame is a defect that stops it. Code outside frames
+(routes, workers, jobs) writes interactions and ambient surfaces through the host API
+(`ctx.host.interactions`, `ctx.host.ambient`), which opens a frame per call.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ urlpatterns = [
         name="conversation-interactions",
     ),
     path(
-        "conversations/<str:conversation_id>/interactions/<str:call_id>/answer",
+        "conversations/<str:conversation_id>/interactions/<path:call_id>/answer",
         api.ConversationInteractionAnswerApi.as_view(),
         name="conversation-interaction-answer",
     ),

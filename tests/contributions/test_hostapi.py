@@ -14,9 +14,11 @@ from conversations.models import Conversation, Submission
 from core.models import AuditEntry, LifecycleEvent
 from extensions_host.contributions.services import hostapi
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime import deadlines, detached_context
+from extensions_host.runtime import deadlines, detached_context, extension_stop
 from extensions_host.runtime.current import Frame
-from extensions_host.sdk import AdmissionError, StateError
+from extensions_host.sdk import AdmissionError, Extension, ExtensionStop, Route, StateError
+from extensions_host.surfaces.models import AmbientSurface, Interaction
+from extensions_host.surfaces.selectors import ambient_visible
 
 from .exts import make_host_ext, make_routes_ext
 
@@ -157,6 +159,131 @@ def test_list_meta_users_access_identity(install, owner, member, conversation):
         "host.access.access_of",
         "host.identity.acting_user",
     }
+
+
+APPROVAL = {"call_id": "q1", "kind": "approval", "prompt": "Deploy?"}
+STATUS = {"key": "status", "place": "header", "body": "deploying"}
+
+
+def make_surfaces_ext(
+    ext_id: str = "bridge", *, grants: set[str], routes: list[Route] | None = None
+) -> Extension:
+    """An extension declaring an `approval` interaction kind and a `status` ambient key."""
+    return Extension(
+        id=ext_id,
+        version="1.0.0",
+        grants=grants,
+        interaction_kinds=("approval",),
+        ambient_kinds=("status",),
+        routes=routes or [],
+    )
+
+
+def test_a_route_seeds_an_interaction_and_sets_an_ambient_surface_through_the_host_api(
+    install, api, member, conversation
+):
+    def ask(ctx, request):
+        seeded = ctx.host.interactions.seed("c1", APPROVAL)
+        ctx.host.ambient.set("c1", STATUS)
+        return {"seeded": seeded}
+
+    route = Route("POST", "ask", handler=ask)
+    install(make_surfaces_ext(grants={"routes", "attention"}, routes=[route]))
+    version = conversation("c1").version
+
+    response = api(member).post("/v1/ext/bridge/ask")
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {"seeded": True}
+    assert RosterEntry.objects.get(pk="bridge").status == ExtensionStatus.RUNNING
+    assert Interaction.objects.get().status == "pending"
+    assert [s["body"] for s in ambient_visible(conversation_id="c1")] == ["deploying"]
+    assert Conversation.objects.get(pk="c1").version > version  # watchers hear of it
+
+
+def test_outside_a_frame_each_interaction_and_ambient_call_commits_on_its_own(
+    install, conversation
+):
+    install(make_surfaces_ext(grants={"attention"}))
+    conversation("c1")
+    host = ctx_of("bridge").host  # a worker's or job's context: no frame
+
+    assert host.interactions.seed("c1", APPROVAL) is True
+    with pytest.raises(StateError) as undeclared:
+        host.interactions.seed("c1", APPROVAL | {"call_id": "q2", "kind": "poll"})
+    assert host.interactions.answer("c1", "q1", "yes") is True
+    assert host.interactions.settle("c1", "q1", "cancelled") is False  # no longer pending
+    host.ambient.set("c1", STATUS)
+    host.ambient.clear("c1", "status")
+
+    assert undeclared.value.kind == "bound"  # refused, without a stop or undoing the seed
+    assert host.interactions.snapshot("c1", "q1")["status"] == "answered"
+    assert list(Interaction.objects.values_list("call_id", flat=True)) == ["q1"]
+    assert AmbientSurface.objects.get().cleared is True
+    assert RosterEntry.objects.get(pk="bridge").status == ExtensionStatus.RUNNING
+
+
+def test_inside_a_frame_interaction_and_ambient_calls_roll_back_with_it(install, conversation):
+    install(make_surfaces_ext(grants={"attention"}))
+    conversation("c1")
+
+    def seed_then_fail(ctx):
+        ctx.host.interactions.seed("c1", APPROVAL)
+        ctx.host.ambient.set("c1", STATUS)
+        raise StateError("conflict", "no")
+
+    with pytest.raises(StateError):
+        ctx_of("bridge").transact(seed_then_fail)
+
+    assert not Interaction.objects.exists()
+    assert not AmbientSurface.objects.exists()
+    assert not AuditEntry.objects.filter(actor="ext:bridge").exists()
+
+
+def test_a_stopped_extensions_interaction_call_outside_a_frame_writes_nothing(
+    install, conversation
+):
+    install(make_surfaces_ext(grants={"attention"}))
+    conversation("c1")
+    host = ctx_of("bridge").host
+    extension_stop(extension_id="bridge", hook="test", reason="stopped by the test")
+
+    with pytest.raises(ExtensionStop):
+        host.interactions.seed("c1", APPROVAL)
+
+    assert not Interaction.objects.exists()
+
+
+def test_interaction_and_ambient_calls_are_attributed_to_the_extension_in_the_audit_log(
+    install, conversation
+):
+    install(make_surfaces_ext(grants={"attention"}))
+    conversation("c1")
+    ctx = ctx_of("bridge")
+    host = ctx.host
+
+    host.interactions.seed("c1", APPROVAL)
+    host.interactions.snapshot("c1", "q1")
+    host.interactions.answer("c1", "q1", "yes")
+    host.interactions.settle("c1", "q1", "skipped")
+    ctx.transact(lambda ctx: ctx.host.ambient.set("c1", STATUS))  # inside a frame too
+    host.ambient.clear("c1", "status")
+    assert host.interactions.snapshot("c1", "q\x00") is None  # an id no record can have
+
+    audit = AuditEntry.objects.filter(actor="ext:bridge").order_by("id")
+    assert [(a.action, a.target, a.detail) for a in audit] == [
+        ("host.interactions.seed", "c1", {"call_id": "q1", "seeded": True}),
+        ("host.interactions.snapshot", "c1", {"call_id": "q1"}),
+        ("host.interactions.answer", "c1", {"call_id": "q1", "answered": True}),
+        (
+            "host.interactions.settle",
+            "c1",
+            {"call_id": "q1", "status": "skipped", "settled": False},
+        ),
+        ("host.ambient.set", "c1", {"key": "status"}),
+        ("host.ambient.clear", "c1", {"key": "status"}),
+        ("host.interactions.snapshot", "c1", {"call_id": ""}),
+    ]
 
 
 def test_watch_refuses_to_run_inside_a_frame(install, conversation):

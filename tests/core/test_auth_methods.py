@@ -67,3 +67,45 @@ def test_anonymous_requests_get_401_with_www_authenticate():
             "message": "Authentication required",
         }
     }
+
+
+@pytest.fixture
+def active_extension_user(install):
+    """An extension's own user still active (made before they were created inactive, or
+    reactivated by staff): the name alone must keep every sign-in method out."""
+    from extensions_host.sdk import Extension
+    from extensions_host.services.roster import extension_user
+
+    install(Extension(id="nudger", version="1"))
+    user = extension_user("nudger")
+    get_user_model().objects.filter(pk=user.pk).update(is_active=True)
+    user.refresh_from_db()
+    return user
+
+
+def test_an_extensions_own_user_is_not_signed_in_by_a_session(active_extension_user):
+    client = APIClient()
+    client.force_login(active_extension_user)
+    assert client.get("/v1/auth/tokens").status_code == 401
+
+
+def test_an_extensions_own_user_is_not_signed_in_by_an_api_token(active_extension_user):
+    from core.auth import token_new
+    from core.models import ApiToken
+
+    raw, prefix, digest = token_new()  # a token made before tokens were refused to it
+    ApiToken.objects.create(user=active_extension_user, prefix=prefix, digest=digest)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get("/v1/auth/tokens").status_code == 401
+
+
+def test_no_token_is_made_for_an_extensions_own_user(active_extension_user):
+    from core.errors import HostError
+    from core.models import ApiToken
+    from core.services import MSG_NO_SIGN_IN, token_create
+
+    with pytest.raises(HostError) as refused:
+        token_create(user=active_extension_user, name="x", scope="write", expires_at=None)
+    assert (refused.value.cause, refused.value.message) == ("forbidden", MSG_NO_SIGN_IN)
+    assert not ApiToken.objects.filter(user=active_extension_user).exists()

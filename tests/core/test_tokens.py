@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from core.errors import HostError
 from core.models import ApiToken
-from core.services import MSG_RUNTIME_SCOPE, token_create
+from core.services import MSG_OUTLIVES_TOKEN, MSG_RUNTIME_SCOPE, token_create
 
 pytestmark = pytest.mark.django_db
 
@@ -112,6 +112,35 @@ def test_a_token_never_mints_a_wider_one_even_for_staff(api, staff, scope):
     response = client.post("/v1/auth/tokens", {"scope": "runtime"}, format="json")
     assert response.status_code == 403
     assert not ApiToken.objects.filter(scope="runtime").exists()
+
+
+def test_a_short_lived_token_cannot_mint_a_token_that_outlives_it(owner):
+    lifetime_end = timezone.now() + dt.timedelta(hours=1)
+    _, raw = token_create(user=owner, name="short", scope="write", expires_at=lifetime_end)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    later = (lifetime_end + dt.timedelta(hours=1)).isoformat()
+    sooner = (lifetime_end - dt.timedelta(minutes=30)).isoformat()
+
+    forever = client.post("/v1/auth/tokens", {"name": "forever"}, format="json")
+    longer = client.post("/v1/auth/tokens", {"name": "longer", "expires_at": later}, format="json")
+    within = client.post("/v1/auth/tokens", {"name": "within", "expires_at": sooner}, format="json")
+
+    for refused in (forever, longer):
+        assert refused.status_code == 403
+        assert refused.json()["error"]["message"] == MSG_OUTLIVES_TOKEN
+    assert within.status_code == 201, within.content
+    assert set(ApiToken.objects.filter(user=owner).values_list("name", flat=True)) == {
+        "short",
+        "within",
+    }
+
+
+def test_a_session_may_still_mint_a_token_that_never_expires(owner):
+    response = _session(owner).post("/v1/auth/tokens", {"name": "forever"}, format="json")
+
+    assert response.status_code == 201
+    assert response.json()["expires_at"] is None
 
 
 def test_revoking_with_unknown_body_fields_is_a_400_and_revokes_nothing(api, owner):

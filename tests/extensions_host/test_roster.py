@@ -152,6 +152,36 @@ def test_an_extension_no_longer_installed_is_uninstalled_keeps_its_data_and_runs
     assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
+def test_a_stop_survives_an_uninstall_and_a_reinstall_at_the_same_revision(install, fake_clock):
+    alpha = make_ext("alpha", on_timer=failing)
+    install(alpha, make_ext("beta"))
+    fire_timer("alpha")
+    fake_clock.advance(seconds=60)
+    assert roster_auto_resume_due() == ["alpha"]
+    fire_timer("alpha")  # stopped again: the second auto-resume is due in 5 minutes
+    stopped = roster("alpha")
+
+    # a process (or a rollback) without it syncs at start, then one with the same code again
+    install(make_ext("beta"))
+    assert roster("alpha").status == ExtensionStatus.UNINSTALLED
+    fake_clock.advance(seconds=300)
+    assert roster_auto_resume_due() == []  # an uninstalled extension is not resumed
+    install(alpha, make_ext("beta"))
+
+    row = roster("alpha")
+    assert row.revision == stopped.revision
+    assert row.status == ExtensionStatus.STOPPED
+    assert (row.reason, row.stopped_at, row.restart_count, row.next_auto_resume_at) == (
+        stopped.reason,
+        stopped.stopped_at,
+        1,
+        stopped.next_auto_resume_at,
+    )
+    assert row.activation_epoch == stopped.activation_epoch
+    assert fire_timer("alpha").skip == "stopped"
+    assert roster_auto_resume_due() == ["alpha"]  # its schedule still holds
+
+
 def test_sync_roster_command_loads_host_extensions_and_reports(db, settings):
     settings.HOST_EXTENSIONS = ["tests.extensions_host.installed:notes"]
     registry.reset()
@@ -279,6 +309,48 @@ def test_auto_resume_can_be_turned_off_per_extension(install, fake_clock):
     assert roster("alpha").status == ExtensionStatus.STOPPED
 
 
+def test_a_new_version_declaring_auto_resume_false_is_not_auto_resumed(install, fake_clock):
+    install(make_ext("alpha", on_timer=failing))  # declares the default, auto_resume=True
+    install(make_ext("alpha", version="2.0.0", on_timer=failing, auto_resume=False))
+
+    fire_timer("alpha")
+    fake_clock.advance(seconds=3600)
+
+    row = roster("alpha")
+    assert (row.declared_auto_resume, row.auto_resume_effective) == (False, False)
+    assert row.next_auto_resume_at is None
+    assert roster_auto_resume_due() == []
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+
+def test_auto_resume_needs_both_the_declaration_and_the_staff_switch_across_versions(
+    install, fake_clock
+):
+    from extensions_host.services.roster import extension_limits_update
+
+    install(make_ext("alpha", on_timer=failing, auto_resume=False))
+    extension_limits_update(extension_id="alpha", actor="staff", auto_resume=False)
+    # a version declaring it again does not undo staff turning it off
+    install(make_ext("alpha", version="2.0.0", on_timer=failing))
+    row = roster("alpha")
+    assert (row.declared_auto_resume, row.auto_resume, row.auto_resume_effective) == (
+        True,
+        False,
+        False,
+    )
+    fire_timer("alpha")
+    fake_clock.advance(seconds=3600)
+    assert roster("alpha").next_auto_resume_at is None
+    assert roster_auto_resume_due() == []
+
+    # staff turning it on again: the declaration (now True) is followed at the next stop
+    extension_resume(extension_id="alpha", actor="staff")
+    extension_limits_update(extension_id="alpha", actor="staff", auto_resume=True)
+    fire_timer("alpha")
+    row = roster("alpha")
+    assert row.next_auto_resume_at == row.stopped_at + minutes(1)
+
+
 def test_the_auto_resume_task_runs_the_sweep(install, fake_clock):
     from extensions_host.tasks import auto_resume_sweep
 
@@ -377,12 +449,29 @@ def test_the_extension_user_is_the_one_sync_created_and_is_made_again_when_missi
     synced = get_user_model().objects.get(username="ext:alpha")
 
     assert extension_user("alpha") == synced
+    assert not synced.is_active
     synced.delete()
     again = extension_user("alpha")
     assert again.username == "ext:alpha"
     assert again.first_name == "Extension alpha"
     assert not again.has_usable_password()
+    assert not again.is_active
     assert extension_user("alpha") == again
+
+
+def test_the_extension_user_cannot_log_in_even_with_a_password_staff_set(install):
+    from django.contrib.auth import authenticate
+
+    install(make_ext("alpha"))
+    user = get_user_model().objects.get(username="ext:alpha")
+    user.is_active = True  # made before users were created inactive, or reactivated by staff
+    user.set_password("a long passphrase")
+    user.save()
+
+    install(make_ext("alpha"))  # every sync takes its login away again
+
+    assert not get_user_model().objects.get(username="ext:alpha").is_active
+    assert authenticate(username="ext:alpha", password="a long passphrase") is None
 
 
 def test_eligibility_is_one_rule_for_sweeps_and_contributions(install):
@@ -459,3 +548,11 @@ def test_staff_limits_refuse_invalid_values_and_change_nothing(install, change, 
     row = roster("alpha")
     assert (row.auto_resume, row.deadline_seconds, row.quotas) == (True, None, {})
     assert not AuditEntry.objects.filter(action="extension_limits_changed").exists()
+
+
+def test_the_source_of_an_extensions_conversations_fits_the_64_characters_a_source_holds():
+    from extensions_host.services.roster import service_source
+
+    assert service_source("alpha") == "ext:alpha"
+    longest = "a" * 63  # the longest extension id
+    assert service_source(longest) == f"ext:{longest}"[:64]

@@ -67,6 +67,33 @@ def test_the_same_headers_from_a_trusted_proxy_do_authenticate(proxy_auth_on, cl
     assert users_named("mallory") == 1
 
 
+@pytest.mark.django_db
+def test_an_extensions_own_user_cannot_sign_in_through_forward_auth(
+    proxy_auth_on, install, client_for
+):
+    """Spec 04: the extension's user `ext:<id>` has no login; it owns all its extension made."""
+    from conversations.models import Conversation
+    from core import clock
+    from extensions_host.sdk import Extension
+    from extensions_host.services.roster import extension_user
+
+    install(Extension(id="nudger", version="1", grants={"send"}))
+    Conversation.objects.create(
+        id="made-by-ext", owner=extension_user("nudger"), last_activity_at=clock.now()
+    )
+    anonymous = client_for("anonymous")
+
+    def as_proxy_user(path: str, username: str) -> int:
+        headers = {"HTTP_X_FORWARDED_USER": username, "HTTP_X_FORWARDED_GROUPS": "admin"}
+        return anonymous.get(path, REMOTE_ADDR="10.1.2.3", **headers).status_code
+
+    assert as_proxy_user("/v1/conversations/made-by-ext", "ext:nudger") == 401
+    assert as_proxy_user("/v1/auth/tokens", "ext:nudger") == 401
+    # nor a name no extension has yet: the user would become a later extension's own
+    assert as_proxy_user("/v1/auth/tokens", "ext:later") == 401
+    assert users_named("ext:later") == 0
+
+
 def send(server, headers: list[tuple[str, str]], method: str = "GET", path: str = "/v1/auth/check"):
     with httpx.Client(base_url=server.url, timeout=10) as http:
         return http.request(method, path, headers=headers, json={} if method != "GET" else None)

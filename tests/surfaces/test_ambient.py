@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -109,6 +110,27 @@ def test_an_invalid_surface_is_a_bound_error(install, conversation, bad):
 
     assert error.kind == "bound"
     assert not AmbientSurface.objects.exists()
+
+
+def test_body_and_details_together_are_bounded_at_32_kib_of_json_whatever_the_key(
+    install, conversation
+):
+    key = "k" * 64
+    install(make_ext("amb", grants={"attention"}, ambient_kinds=(key,)))
+    conversation("c1")
+    details = {"eta": 5}  # {"eta":5}: 9 bytes of compact JSON
+    body = "x" * (32 * 1024 - 9 - 2)  # with its quotes: the rest of the 32 KiB
+    assert sum(len(json.dumps(v, separators=(",", ":"))) for v in (body, details)) == 32 * 1024
+
+    at_bound = in_frame("amb", trying(lambda ctx: ctx.ambient.set("c1", panel(key, body=body))))
+    both = panel(key, body=body, details=details)
+    together = in_frame("amb", trying(lambda ctx: ctx.ambient.set("c1", both)))
+    over = panel(key, body=body + "x", details=details)
+    one_more = in_frame("amb", trying(lambda ctx: ctx.ambient.set("c1", over)))
+
+    assert (at_bound.value, together.value) == (None, None)
+    assert (one_more.value.kind, one_more.value.message) == ("bound", "Ambient surface is invalid")
+    assert AmbientSurface.objects.get().details == details
 
 
 def test_a_stopped_extensions_surfaces_are_hidden(install, conversation):

@@ -196,6 +196,25 @@ def test_expired_items_do_not_count_against_the_bound(install, conversation, fak
     assert in_frame("watch", set_items(item("b"))).ok
 
 
+def test_reviving_an_expired_item_counts_against_the_bound_like_a_new_one(
+    install, conversation, fake_clock, settings
+):
+    settings.HOST_QUOTAS = dict(settings.HOST_QUOTAS, max_attention=2)
+    install(watcher())
+    conversation("c1")
+    assert in_frame("watch", set_items(item("old", expires_at_ms=clock.now_ms() + 10))).ok
+    fake_clock.advance(ms=10)
+    assert in_frame("watch", set_items(item("a"), item("b"))).ok  # the expired one is not counted
+
+    outcome = in_frame("watch", captured(lambda ctx: ctx.attention.set("c1", item("old"))))
+
+    assert outcome.value.kind == "bound"
+    assert "max_attention (2)" in outcome.value.message
+    assert sorted(ids()) == ["a", "b"]
+    # an outstanding item is still replaced in place, at the bound
+    assert in_frame("watch", set_items(item("a", "warning"))).ok
+
+
 def test_without_the_attention_grant_setting_is_refused_as_closed(install, conversation):
     install(make_ext("watch", grants={"state"}))
     conversation("c1")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -194,6 +195,21 @@ def test_the_user_answers_through_the_api_and_a_second_answer_returns_false(
     # the extension reads the user's answer
     snapshot = in_frame("ask", lambda ctx: ctx.snapshot_interaction("c1", "call-1")).value
     assert snapshot["answer"] == {"approve": True}
+
+
+@pytest.mark.parametrize("call_id", ["tool/1", "a/b/answer"])
+def test_a_call_id_with_a_slash_is_answered_by_its_user(install, conversation, api, owner, call_id):
+    install(asker())
+    conversation("c1")
+    assert in_frame("ask", seed(record(call_id))).value is True
+    url = f"/v1/conversations/c1/interactions/{quote(call_id, safe='')}/answer"
+
+    response = api(owner).post(url, {"answer": "yes"}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["answered"] is True
+    assert response.json()["interaction"]["call_id"] == call_id
+    assert Interaction.objects.get().status == "answered"
 
 
 def test_the_answer_endpoint_checks_access_and_input(

@@ -325,6 +325,22 @@ def test_failing_files_stop_the_extension_and_reject_the_claim(install, ready, r
     assert claim(runtime).json()["capture"]["files"] == []
 
 
+def test_granted_files_without_a_hook_stop_the_extension_and_fail_the_claim_as_a_capture(
+    install, ready, runtime
+):
+    install(make_ext("alpha", grants={"files"}))
+
+    rejected = claim(runtime)
+
+    assert rejected.status_code == 422
+    assert rejected.json()["error"]["category"] == "extensions"
+    assert rejected.json()["error"]["cause"] == "rejected"
+    assert rejected.json()["error"]["message"] == "Extension Files capture failed"
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").reason == "files: granted capability has no handler"
+    assert claim(runtime).json()["capture"]["files"] == []
+
+
 def test_the_compaction_handoff_comes_from_the_first_captured_extension(install, ready, runtime):
     install(
         make_ext(

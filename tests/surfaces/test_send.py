@@ -177,6 +177,18 @@ def test_a_missing_conversation_is_created_owned_by_the_extension_service_user(
     assert not get_user_model().objects.get(username="ext:rem").has_usable_password()
 
 
+def test_an_extension_with_the_longest_id_creates_a_conversation_on_demand(install, conversation):
+    longest = "r" * 63  # extension ids run to 63 characters; `ext:<id>` is then 67
+    install(make_ext(longest, grants={"send"}))
+
+    outcome = in_frame(longest, send(cid="fresh"))
+
+    assert outcome.ok, outcome
+    created = Conversation.objects.get(pk="fresh")
+    assert created.owner.username == f"ext:{longest}"
+    assert created.source == f"ext:{longest}"[:64]  # a source holds 64 characters (spec 01)
+
+
 def test_require_existing_conversation_refuses_a_missing_one_as_invalid(
     install, conversation, api, owner
 ):

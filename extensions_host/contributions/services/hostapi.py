@@ -8,7 +8,8 @@ services as the HTTP API (no second implementation) and are attributed to the ex
 audit log (`ext:<id>`). Extensions are trusted in-process code: they may act for any user.
 
 Inside the extension's own frame, writes join the frame's transaction (the non-durable service
-variants); outside (routes, slash commands, workers, jobs) they use the API's entry points.
+variants); outside (routes, slash commands, workers, jobs) they use the API's entry points, and
+each interaction or ambient write runs in a host-owned transaction of its own.
 `watch` blocks, so it refuses to run inside a frame; inside a deadline-bounded call (a route, a
 slash command, a worker run) it ends a margin before that deadline
 (`deadlines.seconds_left_nested`).
@@ -38,9 +39,10 @@ from core.access import access_of
 from core.auth import Principal, user_principal
 from core.errors import HostError
 from core.services import audit_record
+from core.validation import text_problem
 from extensions_host.runtime import current_frame, deadlines
 from extensions_host.sdk import AdmissionError, Caller, StateError
-from extensions_host.services.roster import extension_user, service_username
+from extensions_host.services.roster import extension_user, service_source, service_username
 
 if TYPE_CHECKING:
     from extensions_host.runtime.context import HookContext
@@ -81,11 +83,11 @@ class _Area:
         if grant not in self._grants():
             raise not_granted(grant)
 
-    def _audit(self, action: str, target: str = "", **detail: Any) -> None:
+    def _audit(self, action: str, target: Any = "", **detail: Any) -> None:
         audit_record(
             actor=service_username(self._ctx.extension_id),
             action=f"host.{action}",
-            target=target,
+            target=_storable(target),
             detail=detail,
         )
 
@@ -141,7 +143,7 @@ class HostConversations(_Area):
         user); returns its id. Idempotent on a chosen `id` for the same owner."""
         self._require("send")
         user = self._user(owner) if owner is not None else extension_user(self._ctx.extension_id)
-        source = source or service_username(self._ctx.extension_id)
+        source = source or service_source(self._ctx.extension_id)
         self._throttle()
         try:
             if self._in_own_frame():
@@ -367,6 +369,96 @@ class HostIdentity(_Area):
         )
 
 
+class _HostSurface(_Area):
+    """A conversation capability of spec 04 (`ctx.interactions`, `ctx.ambient`) as host API.
+
+    Inside the extension's frame a write joins the frame, exactly as the context handle does.
+    Outside any frame (a route, a slash command, a worker, a job) each write runs in a
+    host-owned transaction of its own (`ctx.transact`: the roster checks, the caller's deadline,
+    retries of host-transient errors, the version bump and live updates of the conversation),
+    committed when the call returns. Every call that succeeds is audited as `ext:<id>`.
+    """
+
+    grant = "attention"
+    capability = ""  # the context handle this area reaches
+
+    def _handle(self, ctx: HookContext) -> Any:
+        try:
+            return getattr(ctx, self.capability)
+        except AttributeError as exc:  # the surfaces app registers the handle
+            raise StateError("unavailable", f"Extension {self.capability} are unavailable") from exc
+
+    def _write(self, method: str, *args: Any) -> Any:
+        self._require(self.grant)
+        if current_frame() is not None:
+            # inside a frame: join it (another extension's or a read-only frame is a defect of
+            # that frame, as for the context handle)
+            return getattr(self._handle(self._ctx), method)(*args)
+        return self._ctx.transact(lambda ctx: getattr(self._handle(ctx), method)(*args))
+
+
+class HostInteractions(_HostSurface):
+    """`ctx.host.interactions`: `seed`, `answer`, `settle` (writes) and `snapshot` (a read)."""
+
+    capability = "interactions"
+
+    def seed(self, conversation_id: str, record: Any) -> bool:
+        seeded = bool(self._write("seed", conversation_id, record))
+        self._audit(
+            "interactions.seed", conversation_id, call_id=_field(record, "call_id"), seeded=seeded
+        )
+        return seeded
+
+    def answer(self, conversation_id: str, call_id: str, answer: Any) -> bool:
+        answered = bool(self._write("answer", conversation_id, call_id, answer))
+        self._audit(
+            "interactions.answer", conversation_id, call_id=_storable(call_id), answered=answered
+        )
+        return answered
+
+    def settle(self, conversation_id: str, call_id: str, status: str) -> bool:
+        settled = bool(self._write("settle", conversation_id, call_id, status))
+        self._audit(
+            "interactions.settle",
+            conversation_id,
+            call_id=_storable(call_id),
+            status=_storable(status),
+            settled=settled,
+        )
+        return settled
+
+    def snapshot(self, conversation_id: str, call_id: str) -> dict[str, Any] | None:
+        self._require(self.grant)
+        found: dict[str, Any] | None = self._handle(self._ctx).snapshot(conversation_id, call_id)
+        self._audit("interactions.snapshot", conversation_id, call_id=_storable(call_id))
+        return found
+
+
+class HostAmbient(_HostSurface):
+    """`ctx.host.ambient`: `set` and `clear` a declared ambient surface."""
+
+    capability = "ambient"
+
+    def set(self, conversation_id: str, record: Any) -> None:
+        self._write("set", conversation_id, record)
+        self._audit("ambient.set", conversation_id, key=_field(record, "key"))
+
+    def clear(self, conversation_id: str, key: str) -> None:
+        self._write("clear", conversation_id, key)
+        self._audit("ambient.clear", conversation_id, key=_storable(key))
+
+
+def _field(record: Any, name: str) -> str:
+    """A record's `name` (a dict or its model), for the audit entry."""
+    return _storable(record.get(name) if isinstance(record, dict) else getattr(record, name, ""))
+
+
+def _storable(value: Any) -> str:
+    """`value` when the audit log can store it as text, else "": a read such as `snapshot`
+    answers None for an id no record can have (a NUL, not a string), it is not refused."""
+    return value[:256] if isinstance(value, str) and text_problem(value) is None else ""
+
+
 class HostApi:
     """`ctx.host` (registered as a context capability)."""
 
@@ -377,20 +469,16 @@ class HostApi:
         self.access = HostAccess(ctx)
         self.identity = HostIdentity(ctx)
 
-    def _surface(self, name: str) -> Any:
-        area = _Area(self._ctx)
-        area._require("attention")
-        try:
-            return getattr(self._ctx, name)
-        except AttributeError as exc:
-            raise StateError("unavailable", f"Extension {name} are unavailable") from exc
-
     @property
-    def interactions(self) -> Any:
+    def interactions(self) -> HostInteractions:
         """The interaction seam (`seed`, `answer`, `settle`, `snapshot`); grant `attention`."""
-        return self._surface("interactions")
+        area = HostInteractions(self._ctx)
+        area._require("attention")
+        return area
 
     @property
-    def ambient(self) -> Any:
+    def ambient(self) -> HostAmbient:
         """Ambient surfaces (`set`, `clear`); grant `attention`."""
-        return self._surface("ambient")
+        area = HostAmbient(self._ctx)
+        area._require("attention")
+        return area

@@ -83,7 +83,9 @@ def _record(record: Any) -> AmbientRecord:
         spec = record if isinstance(record, AmbientRecord) else AmbientRecord.model_validate(record)
     except (ValidationError, TypeError, ValueError) as exc:
         raise StateError("bound", MSG_RECORD_INVALID) from exc
-    size = json_size({"body": spec.body, "details": spec.details, "key": spec.key})
-    if size is None or size > CONTENT_MAX_BYTES:
+    # the bound is on the content as documented: the JSON of `body` plus that of `details`
+    # (an absent one counts nothing), not the key or a wrapping object
+    sizes = [json_size(value) for value in (spec.body, spec.details) if value is not None]
+    if None in sizes or sum(size or 0 for size in sizes) > CONTENT_MAX_BYTES:
         raise StateError("bound", MSG_RECORD_INVALID)
     return spec

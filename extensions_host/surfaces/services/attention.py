@@ -42,7 +42,8 @@ def attention_set(*, frame: Frame, conversation_id: str, item: Any) -> None:
 
     Every bound is checked before anything is written: the schema (unknown fields are errors),
     storable text, the conversation existing, and at most `max_attention` (1,024) outstanding
-    items per extension across all conversations (a replacement does not count twice).
+    items per extension across all conversations (a replacement does not count twice; reviving
+    an expired item counts like a new one).
 
     The count is the committed items plus the frame's own: frames of one extension running at
     the same time may together go past the bound by what each of them sets — the bounded
@@ -57,7 +58,9 @@ def attention_set(*, frame: Frame, conversation_id: str, item: Any) -> None:
     existing = AttentionItem.objects.filter(
         extension_id=extension_id, conversation_id=conversation_id, item_id=spec.id
     ).first()
-    if existing is None:
+    # an expired row only waits for the prune sweep: reviving it adds an outstanding item
+    revived = existing is not None and _expired(existing, now)
+    if existing is None or revived:
         limit = attention_limit(frame)
         # outstanding = not expired (expired rows only wait for the prune sweep)
         outstanding = (
@@ -86,6 +89,12 @@ def attention_set(*, frame: Frame, conversation_id: str, item: Any) -> None:
     else:
         AttentionItem.objects.filter(pk=existing.pk).update(**values)
     frame.observed.add(conversation_id)
+
+
+def _expired(row: AttentionItem, now: int) -> bool:
+    """Whether the item is past its expiry: no longer outstanding (the visible-attention query
+    and the bound both exclude `expires_at_ms <= now`)."""
+    return row.expires_at_ms is not None and row.expires_at_ms <= now
 
 
 def attention_clear(*, frame: Frame, conversation_id: str, item_id: Any) -> bool:

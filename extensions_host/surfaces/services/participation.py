@@ -61,7 +61,6 @@ MSG_PROMPT_INVALID = "Extension prompt is invalid"
 MSG_PROMPT_FAILED = "Extension prompt failed"
 MSG_PROMPT_UNAVAILABLE = "Extension prompt is unavailable"
 MSG_FILES_FAILED = "Extension Files capture failed"
-MSG_FILES_UNAVAILABLE = "Extension Files are unavailable"
 MSG_MODULE_INVALID = "Extension tool module is invalid"
 MSG_HANDOFF_INVALID = "Extension compaction handoff is not JSON"
 REASON_PROMPT_INVALID = "prompt: section is invalid or exceeds its bound"
@@ -349,7 +348,8 @@ def _files(captured: list[Participant], info: RunInfo) -> list[dict[str, Any]]:
     fn = participant.loaded.definition.hooks.single.get("files_for_run")
     if fn is None:
         raise CaptureRejected(
-            HostError("extensions", "rejected", MSG_FILES_UNAVAILABLE),
+            # a granted capability without its hook is a failed capture (spec 04, Files)
+            HostError("extensions", "rejected", MSG_FILES_FAILED),
             in_release_transaction=_stop_later(
                 participant, "files_for_run", missing_handler_reason("files")
             ),

@@ -25,7 +25,7 @@ from conversations.services import (
 from core import clock
 from core.errors import HostError
 from extensions_host.sdk import AdmissionError
-from extensions_host.services.roster import extension_user, service_username
+from extensions_host.services.roster import extension_user, service_source
 from extensions_host.surfaces.rates import parse_rate
 from extensions_host.surfaces.services.common import conversation_id_valid
 from extensions_host.surfaces.types import (
@@ -115,7 +115,7 @@ def send_admit(
                 conversation_ensure(
                     owner=extension_user(extension_id),
                     conversation_id=conversation_id,
-                    source=service_username(extension_id),
+                    source=service_source(extension_id),
                 )
             admission = submission_admit(
                 conversation_id=conversation_id,
