@@ -51,7 +51,7 @@ from core.auth import principal_of
 from core.db import BIGINT_MAX
 from core.errors import HostError
 from core.permissions import AllowAnonymousReads, Authenticated, Runtime
-from core.schema import error_responses
+from core.schema import ErrorSerializer, error_responses
 
 ConversationPage = paginated(ConversationSerializer, "ConversationPage")
 EntryPage = paginated(EntrySerializer, "EntryPage")
@@ -366,6 +366,12 @@ CLAIM_RESPONSES = {
     201: RunDetailSerializer,
     200: OpenApiResponse(RunDetailSerializer, description="Retry of a claim_key: the same run."),
     204: NOTHING_TO_CLAIM,
+    503: OpenApiResponse(
+        ErrorSerializer,
+        description="unavailable: a claim-time participation hook asked to retry (the run is "
+        "released, its inputs re-queued), or the store is unavailable; claim again after "
+        "Retry-After.",
+    ),
 }
 
 

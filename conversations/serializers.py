@@ -20,7 +20,7 @@ from conversations.models import (
     SubmissionStatus,
 )
 from conversations.services.common import PART_TYPES_ENTRY, PART_TYPES_SUBMISSION
-from core.api_base import IdPagination, Pagination, StrictSerializer
+from core.api_base import IdPagination, KeysetPagination, StrictSerializer
 from core.db import BIGINT_MAX
 
 # ── strict scalar fields: JSON types are not coerced ("1" is not 1, "yes" is not true) ─────────
@@ -240,8 +240,10 @@ class SteersSerializer(serializers.Serializer):
     submissions = SubmissionSerializer(many=True)
 
 
-class ConversationPagination(Pagination):
-    # matches conv_activity_idx (last_activity_at DESC, id ASC)
+class ConversationPagination(KeysetPagination):
+    # matches conv_activity_idx (last_activity_at DESC, id ASC). Activity instants tie (a
+    # millisecond clock, conversations created together): the id breaks ties, and the cursor
+    # carries both (`KeysetPagination`)
     ordering = ("-last_activity_at", "id")
 
     def position_valid(self, position: str) -> bool:

@@ -149,7 +149,8 @@ class HostAutoSchema(AutoSchema):
 
     Also states what the host enforces, so a generic client or fuzzer reads the truth: a
     `StrictSerializer` body has `additionalProperties: false` (unknown fields are a 400), and
-    every write a throttle can refuse documents its 429, every operation its 406."""
+    every write a throttle can refuse documents its 429, every operation its 406, and every
+    operation that reads the database its 503 (the store unavailable)."""
 
     def get_serializer_name(self, serializer: Any, direction: Direction) -> str:
         parts = type(serializer).__qualname__.split(".")
@@ -193,6 +194,15 @@ class HostAutoSchema(AutoSchema):
             responses.setdefault(
                 "429",
                 self._get_response_for_code(error_responses(429)[429], "429", direction=direction),
+            )
+        if self.view.authentication_classes:
+            # transient database trouble (a lost connection, a deadlock, SQLite's "database is
+            # locked") is `store/unavailable` 503 + Retry-After on any request that meets it
+            # (`core.errors.as_host_error`); every operation that authenticates reads the
+            # database. Only the liveness probe neither authenticates nor reads it.
+            responses.setdefault(
+                "503",
+                self._get_response_for_code(error_responses(503)[503], "503", direction=direction),
             )
         return responses
 

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.selectors import conversation_get
-from core.api_base import ListQuerySerializer, Pagination, StrictSerializer
+from core.api_base import EmptyInputSerializer, ListQuerySerializer, Pagination
 from core.auth import principal_of
 from core.permissions import Admin, AllowAnonymousReads, Authenticated
 from core.schema import error_responses
@@ -145,17 +145,18 @@ class ExtensionDetailApi(APIView):
 class ExtensionResumeApi(APIView):
     permission_classes = [Admin]
 
-    class InputSerializer(StrictSerializer):
-        pass
-
     @extend_schema(
         operation_id="extensions_resume",
         summary="Resume a stopped extension (admin); a running one is returned as it is",
-        request=None,
-        responses={200: ExtensionDetailSerializer, **error_responses(400, 401, 403, 404, 409)},
+        request=EmptyInputSerializer,
+        responses={
+            200: ExtensionDetailSerializer,
+            **error_responses(400, 401, 403, 404, 409, 413, 415),
+        },
     )
     def post(self, request: Request, extension_id: str) -> Response:
-        self.InputSerializer(data=request.data or {}).is_valid(raise_exception=True)
+        # no body, or `{}`: any other JSON (`[]`, `null`, `0`, a field) is a 400
+        EmptyInputSerializer(data=request.data).is_valid(raise_exception=True)
         actor = principal_of(request).user.get_username()
         row = extension_resume(extension_id=extension_id, actor=actor)
         return Response(ExtensionDetailSerializer(selectors.extension_detail(row)).data)

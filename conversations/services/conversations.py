@@ -27,6 +27,38 @@ from extensions_host.services.documents import documents_fork
 
 FORK_COPY_BATCH = 500
 RETENTION_PAGE = 100
+NAME_MAX = 200  # spec 01: a conversation's name, as the HTTP API's serializers bound it
+SOURCE_MAX = 64
+MSG_NAME_TOO_LONG = "Name is too long"
+MSG_SOURCE_TOO_LONG = "Source is too long"
+MSG_NAME_NOT_TEXT = "Name must be text"
+MSG_SOURCE_NOT_TEXT = "Source must be text"
+
+
+def _text_check(value: Any, *, field: str, limit: int, not_text: str, too_long: str) -> None:
+    """A refusal like the HTTP API's serializers give (400 `contract/invalid`), not a cut."""
+    if not isinstance(value, str):
+        raise HostError("contract", "invalid", not_text, details={field: [not_text]})
+    if len(value) > limit:
+        raise HostError(
+            "contract", "invalid", too_long, details={field: [f"At most {limit} characters."]}
+        )
+
+
+def _name_check(name: Any) -> None:
+    _text_check(
+        name, field="name", limit=NAME_MAX, not_text=MSG_NAME_NOT_TEXT, too_long=MSG_NAME_TOO_LONG
+    )
+
+
+def _source_check(source: Any) -> None:
+    _text_check(
+        source,
+        field="source",
+        limit=SOURCE_MAX,
+        not_text=MSG_SOURCE_NOT_TEXT,
+        too_long=MSG_SOURCE_TOO_LONG,
+    )
 
 
 @dataclass(frozen=True)
@@ -53,8 +85,11 @@ def conversation_ensure(
     Same owner → the existing one (`created=False`); an id taken by another owner → 409
     `contract/conflict` "Conversation id is taken" (client-chosen ids are a namespace: the one
     deliberate existence signal; generated ids are unguessable). Records `conversation_created`
-    only when it really creates.
+    only when it really creates. Every bound is checked before anything is written (callers
+    besides the HTTP API, like the host API, reach it without the API's serializers).
     """
+    _name_check(name)
+    _source_check(source)
     if conversation_id is None:
         conversation_id = conversation_id_new()
     elif not conversation_id_valid(conversation_id):
@@ -75,9 +110,9 @@ def conversation_ensure(
                 conversation = Conversation.objects.create(
                     id=conversation_id,
                     owner=owner,
-                    name=name[:200],
+                    name=name,
                     sharing=sharing,
-                    source=source[:64],
+                    source=source,
                     last_activity_at=clock.now(),
                 )
                 lifecycle_record(
@@ -132,10 +167,8 @@ def conversation_update(
             "Sharing is invalid",
             details={"sharing": ["Must be private, users or public."]},
         )
-    if name is not None and len(name) > 200:
-        raise HostError(
-            "contract", "invalid", "Name is too long", details={"name": ["At most 200 characters."]}
-        )
+    if name is not None:
+        _name_check(name)
     with transaction.atomic(durable=True):
         conversation = Conversation.objects.select_for_update(no_key=True).get(pk=conversation_id)
         fields: list[str] = []
@@ -178,35 +211,47 @@ def conversation_fork(
     child. Idempotent on a client-chosen `child_id` (same owner, parent and fork point → the
     existing fork). Records `conversation_forked {child_id, parent_id, at}`."""
     parent = conversation_get(principal=principal, conversation_id=conversation_id, write=True)
+    if name is not None:
+        _name_check(name)
     if not Entry.objects.filter(conversation_id=parent.pk, pk=at).exists():
         raise HostError("contract", "invalid", MSG_FORK_POINT, details={"at": [MSG_FORK_POINT]})
     if child_id is not None and not conversation_id_valid(child_id):
         raise HostError("contract", "invalid", MSG_ID_INVALID, details={"id": [MSG_ID_INVALID]})
+
+    def replay() -> Created | None:
+        """The fork already made under `child_id`: the same one → it, another → 409."""
+        existing = Conversation.objects.filter(pk=child_id).first() if child_id else None
+        if existing is None:
+            return None
+        same = (
+            existing.owner_id == principal.user_id
+            and existing.parent_id == parent.pk
+            and existing.forked_at_entry == at
+        )
+        if not same:
+            raise HostError("contract", "conflict", MSG_ID_TAKEN)
+        return Created(existing, False)
+
     with transaction.atomic(durable=True):
-        if child_id is not None:
-            existing = Conversation.objects.filter(pk=child_id).first()
-            if existing is not None:
-                same = (
-                    existing.owner_id == principal.user_id
-                    and existing.parent_id == parent.pk
-                    and existing.forked_at_entry == at
-                )
-                if not same:
-                    raise HostError("contract", "conflict", MSG_ID_TAKEN)
-                return Created(existing, False)
+        if (earlier := replay()) is not None:
+            return earlier
         try:
             with transaction.atomic():
                 child = Conversation.objects.create(
                     id=child_id or conversation_id_new(),
                     owner=principal.user,
-                    name=parent.name if name is None else name[:200],
+                    name=parent.name if name is None else name,
                     sharing=Sharing.PRIVATE,
                     source=parent.source,
                     parent=parent,
                     forked_at_entry=at,
                     last_activity_at=clock.now(),
                 )
-        except IntegrityError as exc:  # a concurrent fork took the id first
+        except IntegrityError as exc:
+            # a concurrent request took the id first (its commit is what the insert waited
+            # for): the same fork is a replay, as if it had come second
+            if (earlier := replay()) is not None:
+                return earlier
             raise HostError("contract", "conflict", MSG_ID_TAKEN) from exc
         _entries_copy(parent_id=parent.pk, child_id=child.pk, up_to=at)
         # Extension documents are copied or reset per their `fork` policy (spec 02), in this

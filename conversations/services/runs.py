@@ -117,9 +117,9 @@ def run_claim(*, conversation_id: str | None = None, claim_key: str | None = Non
                 run = _claim_in(conversation_id=candidate, claim_key=claim_key, skip=True)
                 if run is not None:
                     break
-    except IntegrityError:
+    except (IntegrityError, _ClaimKeyUsed):
         # the only unique value a claim can collide on under the conversation lock is the
-        # claim key: a concurrent retry of the same claim won. Answer with its run.
+        # claim key: a concurrent attempt of the same claim won. Answer with its run.
         if claim_key is None:
             raise
         replay = _claim_replay(claim_key=claim_key, conversation_id=conversation_id)
@@ -164,12 +164,22 @@ def _claim_candidates() -> list[str]:
     return list(dict.fromkeys(rows))[:CLAIM_CANDIDATES]
 
 
+class _ClaimKeyUsed(Exception):
+    """A run with this claim key committed while the claim waited for its conversation lock."""
+
+
 def _claim_in(*, conversation_id: str, claim_key: str | None, skip: bool) -> Run | None:
     with transaction.atomic(durable=True):
         if not conversation_lock(conversation_id=conversation_id, skip_locked=skip):
             if skip:
                 return None  # another claimer holds it: try the next conversation
             raise HostError("store", "not_found", MSG_CONVERSATION_NOT_FOUND)
+        # A retry sent while the first attempt was still in flight looked its key up before
+        # that attempt committed, then waited here: its run is now the conversation's busy
+        # run, and the retry must get it, not 409 "Conversation is busy" (spec 01). Looked up
+        # again under the lock, which the first attempt held until its commit.
+        if claim_key is not None and Run.objects.filter(claim_key=claim_key).exists():
+            raise _ClaimKeyUsed
         if Run.objects.filter(conversation_id=conversation_id, status=RunStatus.CLAIMED).exists():
             if skip:
                 return None

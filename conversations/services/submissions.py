@@ -25,8 +25,10 @@ from conversations.models import (
 )
 from conversations.selectors import MSG_CONVERSATION_NOT_FOUND, conversation_get
 from conversations.services.common import (
+    CONTENT_LIMIT_BYTES,
     MSG_ARCHIVED,
     MSG_BUSY,
+    MSG_CONTENT_TOO_LARGE,
     MSG_NOT_QUEUED,
     MSG_REQUEST_ID_REUSED,
     MSG_SUBMISSION_NOT_FOUND,
@@ -115,19 +117,29 @@ def submission_admit(
     """Admit a submission in the caller's transaction (the API wraps it; an extension's send
     runs it inside its frame).
 
-    Every bound is checked before anything is written. Idempotent on `request_id`: same
-    content → the existing submission; different → 409. Archived → 409 `contract/closed`.
+    Every bound is checked before anything is written: the text (64 KiB) and the entry the
+    parts become (1 MiB encoded). Idempotent on `request_id`: same content → the existing
+    submission; different → 409. Archived → 409 `contract/closed`.
     Busy (a claimed, unsettled run): `queue` admits for the next run, `steer` admits with
     delivery `steer` for the live run, `reject` raises ConversationBusy. The transcript entry
     is created now, at admission; activity is stamped and the version bumped.
     """
-    parts, text_bytes, _ = parts_check(parts, allowed=PART_TYPES_SUBMISSION)
+    parts, text_bytes, size = parts_check(parts, allowed=PART_TYPES_SUBMISSION)
     if text_bytes > TEXT_LIMIT_BYTES:
         raise HostError(
             "limit",
             "too_large",
             MSG_TEXT_TOO_LARGE,
             details={"parts": [f"Text parts total at most {TEXT_LIMIT_BYTES} bytes."]},
+        )
+    if size > CONTENT_LIMIT_BYTES:
+        # the parts become the transcript entry's content, bounded as a runtime append's is
+        # (spec 01: ≤ 1 MiB encoded); `meta` and references count, not only the text
+        raise HostError(
+            "limit",
+            "too_large",
+            MSG_CONTENT_TOO_LARGE,
+            details={"parts": [f"At most {CONTENT_LIMIT_BYTES} bytes encoded."]},
         )
     if request_id is None:
         request_id = uuid.uuid4().hex

@@ -2,7 +2,8 @@
 
 - the settled sequence is gap-free in commit order: a concurrent reader never sees a hole;
 - concurrent claimers never claim the same submission (SKIP LOCKED + the conversation lock);
-- a claim retried with the same claim_key returns the same run, even concurrently;
+- a claim retried with the same claim_key returns the same run, even concurrently and even
+  when the retry waited for the first attempt's conversation lock;
 - an expired lease re-queues the inputs exactly once, however many sweepers run.
 """
 
@@ -200,6 +201,35 @@ def test_concurrent_first_claims_with_one_claim_key_agree_on_one_run(owner):
     assert len(set(in_threads(8, claim))) == 1
     assert Run.objects.count() == 1
     assert Submission.objects.filter(status="claimed").count() == 1
+
+
+def test_conversation_claims_retried_while_the_first_is_in_flight_agree_on_one_run(
+    owner, monkeypatch
+):
+    """Spec 01: a retry with the same claim_key returns the same run. A retry sent while the
+    first attempt is still in flight (a client timeout) has looked its key up before that
+    attempt committed; it then waits for the conversation lock and finds the conversation
+    busy with the very run it asks for: that run, never 409 "Conversation is busy"."""
+    from conversations.services import runs
+
+    bulk_world(owner, 1)
+    # every attempt has looked its key up before any claims: the window made deterministic
+    looked_up = threading.Barrier(8)
+    claim_in = runs._claim_in
+
+    def after_the_lookup(**kwargs):
+        looked_up.wait(timeout=30)
+        return claim_in(**kwargs)
+
+    monkeypatch.setattr(runs, "_claim_in", after_the_lookup)
+
+    def claim(_: int) -> int:
+        result = services.run_claim(conversation_id="c0", claim_key="same")
+        assert result is not None
+        return result.run.pk
+
+    assert len(set(in_threads(8, claim))) == 1
+    assert Run.objects.count() == 1
 
 
 def test_an_expired_lease_requeues_the_inputs_once_however_many_sweepers(owner, fake_clock):

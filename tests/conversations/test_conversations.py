@@ -57,6 +57,55 @@ def test_an_invalid_client_id_is_a_400_and_creates_nothing(api, owner, bad):
     assert Conversation.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"name": "n" * 201}, "Name is too long"),
+        ({"source": "s" * 65}, "Source is too long"),
+        ({"name": 7}, "Name must be text"),
+    ],
+)
+def test_the_create_service_refuses_an_over_long_name_or_source_and_writes_nothing(
+    owner, kit, fields, message
+):
+    """Not only the HTTP API's serializers: the host API and `ctx.send` reach the service."""
+    from core.errors import HostError
+
+    with pytest.raises(HostError) as refused:
+        kit.conversation("made", **fields)
+    assert (refused.value.category, refused.value.cause) == ("contract", "invalid")
+    assert refused.value.message == message
+    assert Conversation.objects.count() == 0
+    assert events("conversation_created") == []
+
+    made = kit.conversation("made", name="n" * 200, source="s" * 64)  # the bounds themselves
+    assert (len(made.name), len(made.source)) == (200, 64)
+
+
+def test_the_host_api_refuses_a_name_over_200_characters_like_the_http_api(install, owner):
+    from extensions_host.runtime import detached_context, run_frame
+    from extensions_host.sdk import AdmissionError, Extension
+
+    install(Extension(id="maker", version="1", grants={"send"}))
+    ctx = detached_context(extension_id="maker", hook="test")
+    assert ctx is not None
+    with pytest.raises(AdmissionError) as refused:
+        ctx.host.conversations.create(id="made", name="n" * 300)  # outside a frame
+    assert (refused.value.kind, refused.value.message) == ("invalid", "Name is too long")
+
+    refusals: list[AdmissionError] = []
+
+    def in_a_hook(ctx) -> None:
+        try:
+            ctx.host.conversations.create(id="made", source="s" * 65)
+        except AdmissionError as exc:
+            refusals.append(exc)
+
+    assert run_frame(extension_id="maker", hook="test", call=in_a_hook).ok
+    assert [e.message for e in refusals] == ["Source is too long"]
+    assert Conversation.objects.count() == 0
+
+
 def test_the_list_sorts_by_activity_newest_first(api, owner, kit, fake_clock):
     for cid in ("old", "mid", "new"):
         kit.conversation(cid)
@@ -224,6 +273,25 @@ def test_fork_is_idempotent_on_a_client_chosen_id(api, owner, member, kit):
     kit.conversation("taken", owner=member)
     taken = client.post("/v1/conversations/parent/fork", {"at": at, "id": "taken"}, format="json")
     assert taken.status_code == 409
+
+
+def test_fork_refuses_a_name_over_200_characters_and_writes_nothing(owner, kit):
+    from conversations.services import conversation_fork
+    from core.auth import user_principal
+    from core.errors import HostError
+
+    kit.conversation("parent")
+    at = kit.submit("parent").entry.pk
+    with pytest.raises(HostError) as refused:
+        conversation_fork(
+            principal=user_principal(owner, "token"),
+            conversation_id="parent",
+            at=at,
+            child_id="child",
+            name="n" * 201,
+        )
+    assert refused.value.message == "Name is too long"
+    assert list(Conversation.objects.values_list("pk", flat=True)) == ["parent"]
 
 
 def test_fork_at_an_entry_of_another_conversation_is_a_400(api, owner, kit):

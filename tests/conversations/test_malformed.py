@@ -360,3 +360,19 @@ def test_an_unusable_conversation_id_on_an_entry_append_is_a_404(setup, api):
         assert response.status_code == 404, (cid, response.status_code, response.content)
         assert response.json()["error"]["message"] == "Conversation not found"
     assert counts() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [("submit", "parts"), ("append", "content")],
+)
+def test_an_unknown_key_in_a_content_part_is_reported_under_its_part(setup, name, field):
+    """`details` names the fields that are wrong (docs/api.md): an unknown key of a part sits
+    under that part, like its other problems, never as if the body had a field of that name."""
+    valid, call = setup
+    before = counts()
+    body = valid(name) | {field: [{"type": "text", "text": "a"}, {**TEXT[0], "bogus": 1}]}
+    response = call(name, body=body)
+    refused(response, 400)
+    assert response.json()["error"]["details"] == {field: {"1": {"bogus": ["Unknown field."]}}}
+    assert counts() == before

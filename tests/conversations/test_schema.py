@@ -75,6 +75,7 @@ OPERATIONS = {
         "413",
         "415",
         "422",
+        "503",
     },
     ("/v1/runs/claim", "post"): {
         "200",
@@ -87,6 +88,7 @@ OPERATIONS = {
         "413",
         "415",
         "422",
+        "503",
     },
     ("/v1/runs/{run_id}", "get"): {"200", "401", "404"},
     ("/v1/runs/{run_id}/heartbeat", "post"): {
@@ -115,13 +117,24 @@ def test_every_endpoint_is_documented_with_every_status(schema):
     for (path, method), statuses in OPERATIONS.items():
         operation = schema["paths"][path][method]
         # every write a principal's rate can refuse also documents 429, and every operation
-        # its 406 for an Accept that allows no JSON (core.schema)
+        # its 406 for an Accept that allows no JSON and its 503 for the store (core.schema)
         throttled = {"429"} if method != "get" else set()
-        assert set(operation["responses"]) == statuses | throttled | {"406"}, (path, method)
+        expected = statuses | throttled | {"406", "503"}
+        assert set(operation["responses"]) == expected, (path, method)
         for code, response in operation["responses"].items():
             if code.startswith(("4", "5")):
                 ref = response["content"]["application/json"]["schema"]["$ref"]
                 assert ref.endswith("/Error"), (path, method, code)
+
+
+@pytest.mark.parametrize("path", ["/v1/runs/claim", "/v1/conversations/{conversation_id}/runs"])
+def test_claims_document_the_503_of_a_participation_hook_that_asks_to_retry(schema, path):
+    """A `Retry` from a claim-time participation hook fails the claim with 503 + Retry-After
+    (extensions_host/surfaces/services/participation.py)."""
+    unavailable = schema["paths"][path]["post"]["responses"]["503"]
+    assert "participation hook asked to retry" in unavailable["description"]
+    assert "Retry-After" in unavailable["headers"]
+    assert unavailable["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
 
 
 def test_every_api_operation_documents_its_406_as_it_answers_it(schema, api, owner):

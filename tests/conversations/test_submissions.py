@@ -5,11 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import transaction
 
 from conversations import services
 from conversations.models import Entry, Submission
 from conversations.selectors import run_has_pending_steer
+from conversations.services import Origin
 from core import clock
+from core.errors import HostError
 
 pytestmark = pytest.mark.django_db
 
@@ -187,6 +190,38 @@ def test_text_over_64_kib_in_total_is_refused_before_anything_is_written(api, ow
     assert over.status_code == 413
     assert over.json()["error"]["message"] == "Submission text is too large"
     assert Submission.objects.count() == 1
+
+
+MIB = 1024 * 1024
+
+
+def test_a_submission_whose_entry_would_exceed_one_mebibyte_is_refused_before_anything_is_written(
+    kit, owner
+):
+    """Spec 01: entry content ≤ 1 MiB encoded. The parts become the entry, so their `meta`
+    counts, not only the 64 KiB of text (an extension's `submit(parts=…)` reaches this)."""
+    kit.conversation()
+    parts = [{"type": "text", "text": "hi", "meta": {"blob": "x" * (MIB + 10)}}]
+    with pytest.raises(HostError) as refused, transaction.atomic():
+        services.submission_admit(
+            conversation_id="c1", parts=parts, origin=Origin.of_user(owner), request_id="big"
+        )
+    assert (refused.value.status, refused.value.message) == (413, "Entry content is too large")
+    assert refused.value.details == {"parts": [f"At most {MIB} bytes encoded."]}
+    assert not Submission.objects.exists() and not Entry.objects.exists()
+
+
+def test_the_api_refuses_an_entry_over_one_mebibyte_even_under_a_larger_body_limit(
+    api, owner, kit, settings
+):
+    settings.HOST_MAX_BODY_BYTES = 4 * MIB
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * MIB
+    kit.conversation()
+    meta = {"blob": "x" * (MIB + 10)}
+    response = submit(api(owner), {"parts": [{"type": "text", "text": "hi", "meta": meta}]})
+    assert response.status_code == 413, response.content[:300]
+    assert response.json()["error"]["cause"] == "too_large"
+    assert not Entry.objects.exists()
 
 
 @pytest.mark.parametrize("escaped", ["\\u0000", "\\ud800"])

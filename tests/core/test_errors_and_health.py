@@ -169,6 +169,46 @@ def test_a_database_that_is_down_answers_503_with_retry_after_not_500(
     assert response.json()["error"]["cause"] == "unavailable"
 
 
+def test_a_write_that_meets_a_locked_database_answers_the_503_its_schema_documents(
+    api, owner, monkeypatch
+):
+    """SQLite's "database is locked" (embedded mode) is transient like a lost PostgreSQL
+    connection: 503 + Retry-After on any operation, so every operation documents it."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    Conversation.objects.create(id="c1", owner=owner, last_activity_at=clock.now())
+
+    def locked(**kwargs):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr("conversations.api.services.submission_submit", locked)
+    response = api(owner).post(
+        "/v1/conversations/c1/submissions",
+        {"parts": [{"type": "text", "text": "hi"}]},
+        format="json",
+    )
+    assert (response.status_code, response["Retry-After"]) == (503, "1")
+    assert response.json()["error"]["cause"] == "unavailable"
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    documented = schema["paths"]["/v1/conversations/{conversation_id}/submissions"]["post"]
+    assert "Retry-After" in documented["responses"]["503"]["headers"]
+
+
+def test_every_operation_that_reads_the_database_documents_its_503():
+    """Only the liveness probe reads no database (no authentication either); the event stream
+    answers an unavailable database inside the stream (`event: unavailable`)."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    undocumented = {
+        (method, path)
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if "503" not in operation["responses"] and not operation.get("x-streaming")
+    }
+    assert undocumented == {("get", "/healthz")}
+
+
 def test_a_database_error_that_is_not_transient_is_still_a_server_error(api, owner, monkeypatch):
     def broken(**kwargs):
         raise ProgrammingError("column does not exist")
