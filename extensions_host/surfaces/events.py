@@ -34,7 +34,7 @@ from rest_framework.settings import api_settings
 
 from conversations.selectors import conversation_get
 from core.auth import Principal, principal_of
-from core.errors import MSG_BAD_CREDENTIALS, MSG_UNAUTHENTICATED, HostError
+from core.errors import MSG_BAD_CREDENTIALS, MSG_UNAUTHENTICATED, HostError, as_host_error
 from core.middleware import json_error
 from core.views import read_only_api_view
 from extensions_host.surfaces.live import (
@@ -126,9 +126,14 @@ def _change(conversation_id: str, version: int, changed: list[str]) -> str:
 async def conversation_events(request: HttpRequest, conversation_id: str) -> HttpResponseBase:
     try:
         principal = await sync_to_async(_open)(request, conversation_id)
-    except HostError as exc:
-        refused = json_error(exc)
-        if exc.cause == "unauthenticated":
+    except Exception as exc:
+        # the API's vocabulary, as DRF's handler gives it: a database outage while opening is
+        # 503 with Retry-After, not the 500 of an unexpected error
+        error = as_host_error(exc)
+        if error is None:
+            raise
+        refused = json_error(error)
+        if error.cause == "unauthenticated":
             refused["WWW-Authenticate"] = 'Bearer realm="hyphae"'
         return refused
     stream = event_stream(

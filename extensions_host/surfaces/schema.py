@@ -49,7 +49,11 @@ def add_event_stream(result: dict[str, Any], generator: Any, request: Any, publi
             "description": text,
             **({"content": {"application/json": {"schema": error}}} if has_error else {}),
         }
-        for code, text in ((401, "Authentication required"), (404, "Not found"))
+        for code, text in (
+            (401, "Authentication required"),
+            (404, "Not found"),
+            (503, "The database is unavailable while opening the stream: retry after Retry-After"),
+        )
     }
     paths = result.setdefault("paths", {})
     path, method = SECURITY_LIKE

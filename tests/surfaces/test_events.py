@@ -312,3 +312,28 @@ def test_the_event_stream_is_secured_and_documented_like_the_conversation_view(a
         assert f"`{kind}`" in description, kind
     assert "EventSource" in description and "session cookie" in description
     assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
+
+
+def test_opening_the_stream_while_the_database_is_down_answers_the_documented_503(
+    api, owner, monkeypatch
+):
+    from django.db import OperationalError
+
+    from extensions_host.surfaces import events
+
+    def unreachable(**_: Any) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(events, "conversation_get", unreachable)
+    # the stream's own connection housekeeping would close the test's transaction
+    monkeypatch.setattr(events, "close_old_connections", lambda: None)
+    client = api(owner)
+
+    response = client.get("/v1/conversations/c1/events")
+    schema = client.get("/v1/schema?format=json").json()
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert response.json()["error"]["cause"] == "unavailable"
+    operation = schema["paths"]["/v1/conversations/{conversation_id}/events"]["get"]
+    assert "Retry-After" in operation["responses"]["503"]["headers"]
