@@ -50,6 +50,10 @@ logger = logging.getLogger(__name__)
 
 CLAIM_MAX_INPUTS = 64  # inputs per run; the rest wait for the next run
 CLAIM_CANDIDATES = 16  # conversations tried per claim-any call
+# a claim whose key a concurrent attempt took, and whose run was released before it could be
+# answered with it, claims afresh once more
+CLAIM_ATTEMPTS = 2
+MSG_CLAIM_IN_FLIGHT = "An attempt of this claim is still in progress; claim again"
 LEASE_RELEASES_MAX = 3  # the third expired lease of the same inputs settles them unanswered
 LEASE_PAGE = 64
 KEY_MAX = 128
@@ -108,31 +112,50 @@ def run_claim(*, conversation_id: str | None = None, claim_key: str | None = Non
         replay = _claim_replay(claim_key=claim_key, conversation_id=conversation_id)
         if replay is not None:
             return replay
-    try:
-        if conversation_id is not None:
-            run = _claim_in(conversation_id=conversation_id, claim_key=claim_key, skip=False)
-        else:
-            run = None
-            for candidate in _claim_candidates():
-                run = _claim_in(conversation_id=candidate, claim_key=claim_key, skip=True)
-                if run is not None:
-                    break
-    except (IntegrityError, _ClaimKeyUsed):
-        # the only unique value a claim can collide on under the conversation lock is the
-        # claim key: a concurrent attempt of the same claim won. Answer with its run.
-        if claim_key is None:
-            raise
-        replay = _claim_replay(claim_key=claim_key, conversation_id=conversation_id)
-        if replay is None:
-            raise
-        return replay
-    if run is None:
-        return None
-    _capture(run)
-    return Claim(run, True)
+    for attempt in range(CLAIM_ATTEMPTS):
+        try:
+            run = _claim_once(conversation_id=conversation_id, claim_key=claim_key)
+        except (IntegrityError, _ClaimKeyUsed):
+            # the only unique value a claim can collide on under the conversation lock is the
+            # claim key: a concurrent attempt of the same claim won. Answer with its run,
+            # unless it is still capturing (two captures of one run must not run at once).
+            if claim_key is None:
+                raise
+            replay = _claim_replay(
+                claim_key=claim_key, conversation_id=conversation_id, in_flight=True
+            )
+            if replay is not None:
+                return replay
+            # that run was released meanwhile and gave its key up: claim afresh
+            if attempt + 1 == CLAIM_ATTEMPTS:
+                raise HostError(
+                    "store", "unavailable", MSG_CLAIM_IN_FLIGHT, retry_after=1
+                ) from None
+            continue
+        if run is None:
+            return None
+        _capture(run)
+        return Claim(run, True)
+    return None  # not reached: the loop returns or raises
 
 
-def _claim_replay(*, claim_key: str, conversation_id: str | None) -> Claim | None:
+def _claim_once(*, conversation_id: str | None, claim_key: str | None) -> Run | None:
+    if conversation_id is not None:
+        return _claim_in(conversation_id=conversation_id, claim_key=claim_key, skip=False)
+    for candidate in _claim_candidates():
+        run = _claim_in(conversation_id=candidate, claim_key=claim_key, skip=True)
+        if run is not None:
+            return run
+    return None
+
+
+def _claim_replay(
+    *, claim_key: str, conversation_id: str | None, in_flight: bool = False
+) -> Claim | None:
+    """The run an earlier attempt of this claim made, or None when there is none (any more).
+    `in_flight`: that attempt committed while this one waited for the conversation lock, so it
+    is most likely capturing now; a run without its capture yet is then a 503 (claim again)
+    rather than a second capture beside the first."""
     run = Run.objects.filter(claim_key=claim_key).first()
     if run is None:
         return None
@@ -143,6 +166,8 @@ def _claim_replay(*, claim_key: str, conversation_id: str | None) -> Claim | Non
         Run.objects.filter(pk=run.pk, status=RunStatus.RELEASED).update(claim_key=None)
         return None
     if run.status == RunStatus.CLAIMED and not run.capture:
+        if in_flight:
+            raise HostError("store", "unavailable", MSG_CLAIM_IN_FLIGHT, retry_after=1)
         _capture(run)  # the first attempt committed its claim but died before capturing
     return Claim(run, False)
 

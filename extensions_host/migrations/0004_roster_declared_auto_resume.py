@@ -3,9 +3,32 @@
 from django.db import migrations, models
 
 
+def split_the_switch(apps, schema_editor):
+    """Before this migration `auto_resume` held what sync copied from the definition at install,
+    unless staff changed it later. A row that is off because staff turned it off (their last
+    `extension_limits_changed` of it says so) keeps staff's switch off; any other row that is
+    off was off by declaration: that goes to `declared_auto_resume` (the next sync rewrites it
+    from the installed version anyway), and staff's switch is on."""
+    RosterEntry = apps.get_model("extensions_host", "RosterEntry")
+    AuditEntry = apps.get_model("core", "AuditEntry")
+    for row in RosterEntry.objects.filter(auto_resume=False):
+        changes = AuditEntry.objects.filter(action="extension_limits_changed", target=row.pk)
+        staff_off = next(
+            (
+                entry.detail["auto_resume"].get("after") is False
+                for entry in changes.order_by("-at", "-id")
+                if isinstance(entry.detail, dict) and isinstance(entry.detail.get("auto_resume"), dict)
+            ),
+            False,
+        )
+        if not staff_off:
+            RosterEntry.objects.filter(pk=row.pk).update(auto_resume=True, declared_auto_resume=False)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('core', '0002_idempotency_created_on_host_clock'),
         ('extensions_host', '0003_record_extension_index_dropped'),
     ]
 
@@ -20,4 +43,5 @@ class Migration(migrations.Migration):
             name='auto_resume',
             field=models.BooleanField(default=True, help_text='Staff switch: off keeps this extension stopped after a stop until staff resume it. On, it auto-resumes only if the extension also declares auto_resume.'),
         ),
+        migrations.RunPython(split_the_switch, migrations.RunPython.noop),
     ]

@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Max, Min
 
 from conversations import services
 from conversations.models import Conversation, Run, SettledCounter, Submission
 from core import clock
+from core.errors import HostError
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -209,27 +210,91 @@ def test_conversation_claims_retried_while_the_first_is_in_flight_agree_on_one_r
     """Spec 01: a retry with the same claim_key returns the same run. A retry sent while the
     first attempt is still in flight (a client timeout) has looked its key up before that
     attempt committed; it then waits for the conversation lock and finds the conversation
-    busy with the very run it asks for: that run, never 409 "Conversation is busy"."""
+    busy with the very run it asks for: that run once captured, or a 503 to claim again while
+    the first attempt still captures (never a second capture beside it), and never 409
+    "Conversation is busy"."""
     from conversations.services import runs
 
     bulk_world(owner, 1)
     # every attempt has looked its key up before any claims: the window made deterministic
     looked_up = threading.Barrier(8)
-    claim_in = runs._claim_in
+    claim_in, capture = runs._claim_in, runs.run_capture
+    captures: list[int] = []
 
     def after_the_lookup(**kwargs):
         looked_up.wait(timeout=30)
         return claim_in(**kwargs)
 
-    monkeypatch.setattr(runs, "_claim_in", after_the_lookup)
+    def counted_capture(run):
+        captures.append(run.pk)
+        return capture(run)
 
-    def claim(_: int) -> int:
-        result = services.run_claim(conversation_id="c0", claim_key="same")
+    monkeypatch.setattr(runs, "_claim_in", after_the_lookup)
+    monkeypatch.setattr(runs, "run_capture", counted_capture)
+
+    def claim(_: int) -> object:
+        try:
+            result = services.run_claim(conversation_id="c0", claim_key="same")
+        except HostError as exc:
+            return (exc.status, exc.message)
         assert result is not None
         return result.run.pk
 
-    assert len(set(in_threads(8, claim))) == 1
-    assert Run.objects.count() == 1
+    outcomes = in_threads(8, claim)
+
+    run = Run.objects.get()
+    assert set(outcomes) <= {run.pk, (503, runs.MSG_CLAIM_IN_FLIGHT)}, outcomes
+    assert run.pk in outcomes
+    assert captures == [run.pk]  # one capture, by the attempt that claimed
+    monkeypatch.setattr(runs, "_claim_in", claim_in)
+    retried = services.run_claim(conversation_id="c0", claim_key="same")
+    assert retried is not None and retried.run.pk == run.pk and not retried.created
+
+
+def test_a_claim_retry_whose_run_was_released_meanwhile_claims_afresh(owner, monkeypatch):
+    """The first attempt's run was released (its capture refused, its lease expired) after the
+    retry found the key taken under the lock: the key is free again, and the retry claims
+    afresh instead of failing with a 500."""
+    from conversations.services import runs
+
+    bulk_world(owner, 1)
+    first = services.run_claim(conversation_id="c0", claim_key="same")
+    assert first is not None
+    claim_in = runs._claim_in
+    calls = 0
+
+    def released_meanwhile(**kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with transaction.atomic():  # released as a refused capture releases: key given up
+                runs.conversation_lock(conversation_id="c0")
+                runs._release_locked(run_id=first.run.pk, conversation_id="c0", count=False)
+            raise runs._ClaimKeyUsed
+        return claim_in(**kwargs)
+
+    monkeypatch.setattr(runs, "_claim_in", released_meanwhile)
+    monkeypatch.setattr(runs, "_claim_replay", _no_replay_first(runs._claim_replay))
+
+    again = services.run_claim(conversation_id="c0", claim_key="same")
+
+    assert again is not None and again.created
+    assert again.run.pk != first.run.pk
+    assert Run.objects.get(pk=again.run.pk).claim_key == "same"
+
+
+def _no_replay_first(replay):
+    """The retry's first look-up found nothing (the first attempt had not committed yet)."""
+    seen = False
+
+    def wrapped(**kwargs):
+        nonlocal seen
+        if not seen:
+            seen = True
+            return None
+        return replay(**kwargs)
+
+    return wrapped
 
 
 def test_an_expired_lease_requeues_the_inputs_once_however_many_sweepers(owner, fake_clock):
