@@ -369,8 +369,8 @@ CLAIM_RESPONSES = {
     503: OpenApiResponse(
         ErrorSerializer,
         description="unavailable: a claim-time participation hook asked to retry (the run is "
-        "released, its inputs re-queued), or the store is unavailable; claim again after "
-        "Retry-After.",
+        "released, its inputs re-queued), an earlier attempt with this claim_key is still "
+        "capturing, or the store is unavailable; claim again after Retry-After.",
     ),
 }
 
