@@ -147,6 +147,8 @@ def test_list_meta_users_access_identity(install, owner, member, conversation):
     assert access({"user": "member"}, {"owner": "owner", "sharing": "users"}) == "read"
     assert access({"user": "member"}, {"owner": "owner", "sharing": "private"}) == "none"
     assert access("owner", {"owner": "owner"}) == "owner"
+    # the extension's own user signs in nowhere, yet owns what its extension created
+    assert access("ext:bridge", {"owner": "ext:bridge"}) == "owner"
     assert access({"user": None}, {"owner": "owner", "sharing": "public"}) == "read"
     assert host.identity.acting_user("c2") == "member"
     assert host.identity.acting_user("nope") is None

@@ -337,7 +337,7 @@ class HostAccess(_Area):
         return access_of(who, owner_id=owner_id, sharing=sharing)
 
     def _who(self, principal: Any) -> Principal:
-        from core.auth import ANONYMOUS
+        from core.auth import ANONYMOUS, sign_in_refused
 
         if isinstance(principal, Principal):
             return principal
@@ -350,7 +350,12 @@ class HostAccess(_Area):
             username = principal
         if username in (None, ""):
             return ANONYMOUS
-        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        # a deactivated person acts as nobody; an extension's own user is inactive by design
+        # (no sign-in), yet it owns what its extension created
+        users = get_user_model().objects.filter(username=username)
+        if not (isinstance(username, str) and sign_in_refused(username)):
+            users = users.filter(is_active=True)
+        user = users.first()
         return ANONYMOUS if user is None else user_principal(user, "extension")
 
 
