@@ -207,13 +207,7 @@ def _schedule_move(row: JobState, job: Job, now: int) -> None:
         )
         waiting = _due_run(row, old or job, now, count=count, last=last)
         if waiting is not None:
-            JobTrigger.objects.create(
-                job_id=row.pk,
-                actor=HELD_ACTOR,
-                not_before=now,
-                scheduled_for=waiting.scheduled_for,
-                missed_runs=waiting.missed_runs,
-            )
+            _hold(row, waiting, not_before=now)
         row.next_run_at = next_after(job, now)
     else:
         grace_ms = settings.HOST_JOB_MISFIRE_GRACE_SECONDS * 1000
@@ -359,13 +353,7 @@ def _run_locked(page: FramePage, declared: Declared) -> str:
         _after_overlap(row, job, now, finished) if run is not None else next_after(job, now)
     )
     if waiting is not None:
-        JobTrigger.objects.create(
-            job_id=row.pk,
-            actor=HELD_ACTOR,
-            not_before=finished,
-            scheduled_for=waiting.scheduled_for,
-            missed_runs=waiting.missed_runs,
-        )
+        _hold(row, waiting, not_before=finished)
     row.save()
     return status
 
@@ -378,6 +366,18 @@ def _trigger_run(row: JobState, triggers: list[JobTrigger], now: int) -> tuple[J
     scheduled = retry.scheduled_for if retry is not None and not manual else now
     run = JobRun(job_id=row.pk, scheduled_for=scheduled or now, fired_at=now, manual=manual)
     return run, max(t.retry_attempt for t in triggers)
+
+
+def _hold(row: JobState, run: JobRun, *, not_before: int) -> None:
+    """Keep a scheduled run that could not start now for the job's next turn (a `HELD_ACTOR`
+    trigger: it carries the instant and the missed runs counted with it)."""
+    JobTrigger.objects.create(
+        job_id=row.pk,
+        actor=HELD_ACTOR,
+        not_before=not_before,
+        scheduled_for=run.scheduled_for,
+        missed_runs=run.missed_runs,
+    )
 
 
 def _due_run(
