@@ -88,23 +88,30 @@ def eligible_ids(grant: str, *, ids: Iterable[str] | None = None) -> list[str]:
     none of their hooks). Sorted ids, among `ids` when given.
 
     A plain statement: every background sweep page runs it."""
+    return list(eligible_deadlines(grant, ids=ids))
+
+
+def eligible_deadlines(grant: str, *, ids: Iterable[str] | None = None) -> dict[str, float | None]:
+    """`eligible_ids` (in the same order), each with its row's staff deadline override
+    (`deadline_seconds`; None when unset), read at one moment in the same one statement: the
+    timer sweep groups its extensions by their hook's deadline with it."""
     loaded = registry.loaded()
     wanted = list(loaded) if ids is None else [i for i in ids if i in loaded]
     if not wanted:
-        return []
+        return {}
     roster = connection.ops.quote_name(RosterEntry._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, revision, admitted_grants FROM {roster} "  # noqa: S608 (our table)
+            f"SELECT id, revision, admitted_grants, deadline_seconds FROM {roster} "  # noqa: S608
             f"WHERE status = %s AND id IN ({', '.join(['%s'] * len(wanted))})",
             [ExtensionStatus.RUNNING.value, *wanted],
         )
         rows = cursor.fetchall()
-    return sorted(
-        ext_id
-        for ext_id, revision, grants in rows
+    return {
+        ext_id: override
+        for ext_id, revision, grants, override in sorted(rows)
         if grant in (decode_json(grants) or []) and loaded[ext_id].revision == revision
-    )
+    }
 
 
 def extensions_running_with(grant: str) -> list[tuple[str, LoadedExtension]]:

@@ -1,12 +1,16 @@
 """Deadlines of background hooks (spec 02 §1, spec 03 group commit): every frame of a page has
 its hook's whole deadline — the extension's `deadline_s`, the staff override, else the worker
 default — never cut to what is left of the page; a page with no time left for a frame's whole
-deadline leaves its item to the next page; the sweep tasks' time limits cover the longest page.
+deadline leaves its item to the next page; a timer whose deadline is past a page's budget fires
+in a page of its own, holding no other extension's timers or roster rows; the sweep tasks' time
+limits cover the longest page.
 
 The pages' clock is a fake one the hooks advance, so no test sleeps."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 from typing import Any
 
 import pytest
@@ -16,6 +20,8 @@ from django.db import connection, transaction
 from core.services import lifecycle_record
 from extensions_host.background import tasks
 from extensions_host.background.models import Timer
+from extensions_host.background.services import timers
+from extensions_host.background.services.common import eligible_ids
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver,
     lifecycle_deliver_all,
@@ -26,7 +32,12 @@ from extensions_host.background.services.settled import (
     settled_deliver,
     settled_deliver_all,
 )
-from extensions_host.background.services.timers import timers_fire_page
+from extensions_host.background.services.timers import (
+    TimerGroups,
+    timer_groups,
+    timers_fire_due,
+    timers_fire_page,
+)
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame, frames
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
@@ -53,17 +64,21 @@ def page_clock(monkeypatch: pytest.MonkeyPatch) -> PageClock:
 
 
 class Slow:
-    """A hook that takes `took` seconds of the page's clock and records its frame's deadline."""
+    """A hook that takes `took` seconds of the page's clock and records its frame's deadline,
+    and the roster rows its page holds (the extensions of every timer the page claimed)."""
 
     def __init__(self, clock: PageClock | None = None, took: float = 0.0) -> None:
         self.clock = clock
         self.took = took
         self.deadlines: list[float] = []
+        self.held: list[set[str]] = []
 
     def __call__(self, ctx: Any, *args: Any) -> None:
         frame = current_frame()
         assert frame is not None
         self.deadlines.append(frame.deadline_s)
+        if frame.page is not None:
+            self.held.append(set(frame.page.rows))
         if self.clock is not None:
             self.clock.now += self.took
 
@@ -132,6 +147,149 @@ def test_a_page_without_time_for_a_frames_whole_deadline_leaves_its_timer_to_the
     assert hook.deadlines == [0.3, 0.3, 0.3]
     assert not Timer.objects.exists()
     assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_timer_whose_deadline_is_past_the_page_budget_fires_in_a_page_holding_no_other_timer(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300  # the page's budget: 0.6 s
+    long, quick = Slow(page_clock, 1.5), Slow(page_clock, 0.1)
+    install(make_ext("aalong", on_timer=long, deadline_s=2), make_ext("zzquick", on_timer=quick))
+    arm("aalong", "t1", "t2")
+    arm("zzquick", "t1", "t2", "t3")  # due as early as the long one's
+
+    assert timers_fire_due(budget_s=30) is False
+
+    # each long timer ran in a page of its own: the page claimed no other timer (it would hold
+    # its extension's roster row), so the quick ones were free for any sweep meanwhile
+    assert long.held == [{"aalong"}, {"aalong"}]
+    assert long.deadlines == [2, 2]
+    assert quick.deadlines == [0.3, 0.3, 0.3]
+    assert all(held == {"zzquick"} for held in quick.held)
+    assert not Timer.objects.exists()
+    assert roster("aalong").status == roster("zzquick").status == ExtensionStatus.RUNNING
+
+
+def test_every_due_timer_of_a_long_deadline_extension_fires_in_one_call_a_page_each(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    long, quick = Slow(page_clock, 1.5), Slow(page_clock, 0.1)
+    install(make_ext("aalong", on_timer=long), make_ext("zzquick", on_timer=quick))
+    RosterEntry.objects.filter(pk="aalong").update(deadline_seconds=120)  # a staff override
+    arm("aalong", "t1", "t2", "t3")
+    arm("zzquick", "t1", "t2")
+
+    result = timers_fire_page()  # the author harness's and the bench's call
+
+    assert (result.claimed, result.fired, result.skipped) == (5, 5, 0)
+    assert long.held == [{"aalong"}] * 3
+    assert long.deadlines == [120] * 3
+    assert quick.held == [{"zzquick"}] * 2  # one page for both
+    assert not Timer.objects.exists()
+
+
+def test_a_sweep_out_of_budget_serves_the_group_it_left_out_first_in_its_next_round(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    long, quick = Slow(page_clock, 1.5), Slow(page_clock, 0.1)
+    install(make_ext("aalong", on_timer=long, deadline_s=2), make_ext("zzquick", on_timer=quick))
+    arm("aalong", "t1", "t2", "t3")
+    arm("zzquick", "t1", "t2", "t3")
+
+    # no budget: a round fires one group's page, leaves the other's and asks to run again; the
+    # next round starts with the group left out, so neither waits behind the other
+    served = []
+    for _ in range(2):
+        before = len(long.deadlines), len(quick.deadlines)
+        assert timers_fire_due(budget_s=0) is True
+        served.append((len(long.deadlines) - before[0], len(quick.deadlines) - before[1]))
+
+    assert sorted(served) == [(0, 3), (1, 0)]
+    assert long.held == [{"aalong"}]
+    assert Timer.objects.filter(extension_id="aalong").count() == 2
+
+
+def test_a_deadline_raised_past_the_budget_since_the_groups_were_read_keeps_out_of_shared_pages(
+    install, page_clock, settings
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    long, quick = Slow(page_clock, 1.5), Slow(page_clock, 0.1)
+    install(make_ext("aalong", on_timer=long), make_ext("zzquick", on_timer=quick))
+    groups = timer_groups()  # read before the override: both share pages
+    assert groups == TimerGroups(shared=("aalong", "zzquick"))
+    RosterEntry.objects.filter(pk="aalong").update(deadline_seconds=120)
+    arm("aalong", "t1", "t2")
+    arm("zzquick", "t1")
+
+    result = timers_fire_page(groups=groups)
+
+    # the shared page read the new deadline under its lock and left the long timers alone
+    assert result.fired == 3
+    assert quick.held == [{"aalong", "zzquick"}]
+    assert long.held == [{"aalong"}, {"aalong"}]
+    assert long.deadlines == [120, 120]
+
+
+def test_the_timer_groups_are_the_eligible_extensions_split_by_their_deadline(install, settings):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 30_000  # the page's budget: 60 s
+    install(
+        make_ext("alpha", deadline_s=60),  # fits the budget exactly
+        make_ext("beta", deadline_s=61),
+        make_ext("gamma"),
+        make_ext("delta"),
+        make_ext("stopped", deadline_s=120),
+        make_ext("ungranted", grants={"state"}, deadline_s=120),
+        make_ext("moved", deadline_s=120),
+    )
+    RosterEntry.objects.filter(pk="gamma").update(deadline_seconds=90)
+    RosterEntry.objects.filter(pk="beta").update(deadline_seconds=45)  # the override wins
+    RosterEntry.objects.filter(pk="stopped").update(status=ExtensionStatus.STOPPED, reason="x")
+    RosterEntry.objects.filter(pk="moved").update(revision="0" * 64)  # another process's code
+
+    groups = timer_groups()
+
+    assert groups == TimerGroups(shared=("alpha", "beta", "delta"), alone=("gamma",))
+    assert groups.ids == eligible_ids("timers")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_long_deadline_hook_running_holds_no_other_extensions_timers_or_roster_row(
+    install, settings, sent, monkeypatch
+):
+    settings.HOST_HOOK_DEADLINE_WORKER_MS = 300
+    running, release = threading.Event(), threading.Event()
+
+    def long(ctx: Any, timer: Any) -> None:
+        running.set()
+        release.wait(timeout=10)
+
+    install(make_ext("aalong", on_timer=long, deadline_s=30), make_ext("zzquick", on_timer=Slow()))
+    arm("aalong", "t1")
+    arm("zzquick", "t1", "t2")  # due when the long one's page claims
+    monkeypatch.setattr(timers, "_rounds", itertools.count(1))  # its round runs the long first
+
+    def sweep() -> None:
+        try:
+            timers_fire_due(budget_s=30)
+        finally:
+            connection.close()
+
+    slow_sweep = threading.Thread(target=sweep)
+    slow_sweep.start()
+    try:
+        assert running.wait(timeout=10)
+        # while the long hook runs, another sweep fires the quick timers (the long one's page
+        # claimed none of them), and a staff stop of the quick extension would not wait
+        assert timers_fire_page().fired == 2
+        with transaction.atomic():
+            assert RosterEntry.objects.select_for_update(nowait=True).filter(pk="zzquick").exists()
+    finally:
+        release.set()
+        slow_sweep.join(timeout=10)
+    assert not Timer.objects.exists()
 
 
 # --- settled and lifecycle -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Pieces every background service shares: the coalesced delivery kicks, enqueueing after
 commit, pages retried after a stop that could not be written. Which extensions may run a
-capability here is the roster's one rule (`services.roster.eligible_ids`, re-exported)."""
+capability here is the roster's one rule (`services.roster.eligible_ids`, re-exported, and
+`eligible_deadlines`, the same with each row's staff deadline override)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from extensions_host.background.models import Kick
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import FramePage, run_page
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS, default_deadline
+from extensions_host.services.roster import eligible_deadlines as eligible_deadlines
 from extensions_host.services.roster import eligible_ids as eligible_ids  # the one rule
 
 T = TypeVar("T")
@@ -120,7 +122,9 @@ def page_budget() -> float:
     default deadline, at most 300 s. It bounds when frames start, never what they may take:
     every frame has its own whole deadline (`hook_deadline`), one that would not end within the
     budget is left for the next page, and the first frame of a page starts whatever its
-    deadline, so a page runs at most 300 s (the longest deadline)."""
+    deadline, so a page runs at most 300 s (the longest deadline). Such a frame holds nobody
+    else's work: a timer whose deadline is past the budget fires in a page of its own
+    (`timers.TimerGroups`), and settled, lifecycle and job pages are one extension's each."""
     return min(PAGE_BUDGET_DEADLINES * default_deadline("worker"), MAX_DEADLINE_SECONDS)
 
 

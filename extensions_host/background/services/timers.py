@@ -5,7 +5,8 @@
   At most `max_timers` (default 10,000) pending per extension, checked against a count taken
   once per frame plus the frame's own inserts (a bounded overshoot, no hot counter row).
 - The sweep takes due timers (host clock) of running, timer-granted extensions, oldest first,
-  in pages of 64, `FOR UPDATE SKIP LOCKED` on PostgreSQL, and fires them as one group commit:
+  in pages of 64 (of one timer for an extension whose hook's deadline is past a page's budget:
+  `TimerGroups`), `FOR UPDATE SKIP LOCKED` on PostgreSQL, and fires them as one group commit:
   one outer transaction (`run_page`), optimistic: no savepoint per timer. The claimed rows stay
   locked until the page commits, so no other process can re-set, cancel or fire them
   meanwhile; the roster rows of the page's extensions are locked in one statement; the
@@ -23,6 +24,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -35,7 +37,11 @@ from django.db.models import F
 from core import clock
 from extensions_host import registry
 from extensions_host.background.models import Timer
-from extensions_host.background.services.common import eligible_ids, page_with_retries
+from extensions_host.background.services.common import (
+    eligible_deadlines,
+    page_budget,
+    page_with_retries,
+)
 from extensions_host.background.services.wake import (
     HELP,
     PUMP,
@@ -58,6 +64,7 @@ from extensions_host.runtime import (
     run_frame,
 )
 from extensions_host.runtime.context import store_call
+from extensions_host.runtime.frames import hook_deadline
 from extensions_host.sdk import ExtensionStop, StateError, TimerEvent
 from extensions_host.services.quotas import quota_limit
 from extensions_host.services.records import check_key
@@ -216,17 +223,89 @@ class PageResult:
     skipped: int = 0
     stopped_ids: set[str] = field(default_factory=set)
     late_ms: int = 0  # how late the oldest claimed timer was when the page claimed it
+    # extensions a shared page found (under its lock) with a deadline past the page's budget:
+    # their claimed timers were not fired there, they fire in pages of their own
+    alone_ids: set[str] = field(default_factory=set)
 
     @property
     def progressed(self) -> int:
         return self.fired + self.retried + self.stopped
 
+    def add(self, other: PageResult) -> None:
+        """Count another page's timers in with this one's (one round of a sweep)."""
+        self.claimed += other.claimed
+        self.fired += other.fired
+        self.retried += other.retried
+        self.stopped += other.stopped
+        self.skipped += other.skipped
+        self.stopped_ids |= other.stopped_ids
+        self.late_ms = max(self.late_ms, other.late_ms)
+        self.alone_ids |= other.alone_ids
+
+
+@dataclass(frozen=True)
+class TimerGroups:
+    """The extensions whose timers may fire here, by their `on_timer` deadline (spec 03, frames
+    sharing a commit). A page holds every timer it claimed `FOR UPDATE` and its extensions'
+    roster rows `FOR SHARE` until it commits, and its first frame starts whatever its deadline:
+    a frame whose whole deadline is past the page budget (`page_budget()`) would hold other
+    extensions' timers (untouchable by other sweeps) and rows (a staff stop or resume waits)
+    for up to 300 s. So those extensions' timers fire in pages of one timer (`alone`); the
+    others' share pages of `PAGE` (`shared`), which thus run within their budget."""
+
+    shared: tuple[str, ...] = ()
+    alone: tuple[str, ...] = ()
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted((*self.shared, *self.alone))
+
+    def moved_alone(self, ids: set[str]) -> TimerGroups:
+        """These extensions' timers fire alone from now on (a page found their deadline
+        raised since the groups were read)."""
+        if not ids:
+            return self
+        return TimerGroups(
+            shared=tuple(i for i in self.shared if i not in ids),
+            alone=tuple(sorted({*self.alone, *(i for i in ids if i in self.shared)})),
+        )
+
+
+def timer_groups() -> TimerGroups:
+    """The extensions whose timers may fire here (`eligible_ids("timers")`), grouped by the
+    deadline their frames get (`hook_deadline`: the staff override, the extension's
+    `deadline_s`, the worker default), read from the roster in one plain statement."""
+    budget = page_budget()
+    shared: list[str] = []
+    alone: list[str] = []
+    for extension_id, override in eligible_deadlines("timers").items():
+        loaded = registry.get(extension_id)
+        # as the frame's: `on_timer` passes no deadline of its own, so the row's override comes
+        # first (passed in that argument's place: building a roster row costs ~10 µs)
+        too_long = (
+            loaded is not None
+            and hook_deadline(None, loaded, override or None, boundary="worker") > budget
+        )
+        (alone if too_long else shared).append(extension_id)
+    return TimerGroups(shared=tuple(shared), alone=tuple(alone))
+
+
+# Which group a round of a sweep serves first, in turns in each process: a round past the
+# sweep's budget leaves its second group's page out, so the next round (this sweep's, or the
+# next sweep this process runs) starts with it and neither group waits behind the other.
+_rounds = itertools.count()
+
 
 def timers_fire_due(
     *, wake_at: int | None = None, budget_s: float | None = None, help_until: int | None = None
 ) -> bool:
-    """Fire due timers page after page for up to `budget_s` seconds. Returns True when more
+    """Fire due timers round after round for up to `budget_s` seconds. Returns True when more
     are due (the task re-enqueues itself); when none are, claims the next precise wake.
+
+    A round is a page of up to `PAGE` timers of the extensions whose deadline fits a page's
+    budget and a page of one timer of the others (`TimerGroups`), each group first in turn, the
+    second page only while the budget lasts: the task's soft time limit covers its budget and
+    one page.
 
     The pump: one sweep at a time (the `timer_pump` lease) that fired timers waits for the
     next one when it falls due within `HOST_TIMER_PUMP_MS` (while its budget lasts), so under a
@@ -242,28 +321,24 @@ def timers_fire_due(
     ends = time.monotonic() + budget
     lease = clock.now_ms() + int(budget * 1000) + LEASE_MARGIN_MS
     pump = help_until is not None  # a helper waits like the pump, for its budget
-    ids, ids_at, help_at = [], -math.inf, -math.inf
+    groups, groups_at, help_at = TimerGroups(), -math.inf, -math.inf
     fired = False  # a sweep that fired nothing never waits (beat's tick with nothing due)
     try:
         while True:
-            if time.monotonic() - ids_at >= REFRESH_S:  # a resumed extension joins within 1 s
-                ids, ids_at = eligible_ids("timers"), time.monotonic()
-            result = timers_fire_page(ids=ids)
+            if time.monotonic() - groups_at >= REFRESH_S:  # a resumed extension joins within 1 s
+                groups, groups_at = timer_groups(), time.monotonic()
+            result, behind = _fire_round(groups, ends)
+            groups = groups.moved_alone(result.alone_ids)
             fired = fired or result.fired > 0
             if result.late_ms > HELP_LATE_MS and time.monotonic() - help_at >= REFRESH_S:
                 timer_help_request(until_ms=lease)  # a no-op while a helper holds the lease
                 help_at = time.monotonic()
-            # a full page, or one that fired late timers: more are due already (no need to ask
-            # when the next one is)
-            behind = (result.claimed == PAGE and result.progressed > 0) or (
-                result.fired > 0 and result.late_ms > 0
-            )
             if behind and time.monotonic() >= ends:
                 return True
             if behind:
                 continue
             # the pump goes on after an empty page too (a helper may have taken the due ones)
-            wait = _next_wait(ends, ids) if fired or pump else None
+            wait = _next_wait(ends, groups.ids) if fired or pump else None
             if wait is None:
                 break
             if not result.claimed:
@@ -278,8 +353,33 @@ def timers_fire_due(
             lease_release(HELP, until_ms=help_until)
         elif pump:
             lease_release(PUMP, until_ms=lease)
-    timer_wake_next(ids=ids)
+    timer_wake_next(ids=groups.ids)
     return False
+
+
+def _fire_round(groups: TimerGroups, ends: float) -> tuple[PageResult, bool]:
+    """One round of a sweep (see `timers_fire_due`). Returns what its pages did and whether
+    more are due already (no need to ask when the next one is)."""
+    turns = [(groups.shared, PAGE), (groups.alone, 1)]
+    if next(_rounds) % 2:
+        turns.reverse()
+    result, behind, first = PageResult(), False, True
+    for ids, limit in turns:
+        if not ids:
+            continue
+        if not first and time.monotonic() >= ends:
+            return result, True  # left for the next round, which starts with it
+        first = False
+        page = _page(list(ids), limit)
+        result.add(page)
+        # a full page, or one that fired late timers, or one that left timers to pages of
+        # their own: more are due
+        behind = behind or bool(
+            (page.claimed == limit and page.progressed > 0)
+            or (page.fired > 0 and page.late_ms > 0)
+            or page.alone_ids
+        )
+    return result, behind
 
 
 def _next_wait(ends: float, ids: list[str]) -> int | None:
@@ -301,12 +401,29 @@ def _next_wait(ends: float, ids: list[str]) -> int | None:
     return wait
 
 
-def timers_fire_page(*, limit: int = PAGE, ids: list[str] | None = None) -> PageResult:
-    """Claim and fire one page of due timers in one group commit (see the module docstring).
-    `ids`: the extensions whose timers may fire (default: read now)."""
-    ids = eligible_ids("timers") if ids is None else ids
-    if not ids:
-        return PageResult()
+def timers_fire_page(*, limit: int = PAGE, groups: TimerGroups | None = None) -> PageResult:
+    """Claim and fire due timers of `groups` (default: read now) in group commits (see the
+    module docstring): one page of up to `limit` timers of the extensions that share pages,
+    then one page per timer of the others, oldest first, until none of theirs is due or one
+    made no progress (at most `limit` such pages). Fewer than `limit` claimed in all, with
+    progress: no more were due. (The sweep task runs `timers_fire_due`; this is the author
+    harness's, the tests' and the bench's.)"""
+    groups = timer_groups() if groups is None else groups
+    result = _page(list(groups.shared), limit) if groups.shared else PageResult()
+    alone = groups.moved_alone(result.alone_ids).alone
+    for _ in range(limit):
+        if not alone:
+            break
+        page = _page(list(alone), 1)
+        result.add(page)
+        if not page.progressed:
+            break  # none due (or its frame did not run: no progress to make now)
+        alone = tuple(i for i in alone if i not in page.stopped_ids)
+    return result
+
+
+def _page(ids: list[str], limit: int) -> PageResult:
+    """One page: up to `limit` due timers of these extensions, one group commit."""
     return page_with_retries(lambda page: _fire_page(page, ids, limit), optimistic=True)
 
 
@@ -315,13 +432,17 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
     claimed = _claim(ids, now, limit)
     result = PageResult(claimed=len(claimed), late_ms=now - claimed[0][5] if claimed else 0)
     page.lock(row[1] for row in claimed)
+    if len(claimed) > 1:
+        # the groups were read up to a second ago: a deadline raised since past the budget
+        # would hold this page's other timers for it (see `TimerGroups`)
+        result.alone_ids = _past_budget(page, {row[1] for row in claimed})
     # per extension, the keys fired in this page and not set again since: their rows are
     # deleted in one statement at the end; until then `ctx.timers` treats them as absent
     gone: dict[str, set[str]] = {}
     touched: set[tuple[str, str]] = set()  # keys an earlier frame of this page set or cancelled
     previous = None  # the extension of the frame before: a run of one extension's frames
     for timer_id, extension_id, key, due_at, attempt, _ in claimed:
-        if extension_id in page.stopped:
+        if extension_id in page.stopped or extension_id in result.alone_ids:
             result.skipped += 1
             continue
         if (extension_id, key) in touched and not Timer.objects.filter(
@@ -366,6 +487,19 @@ def _fire_page(page: FramePage, ids: list[str], limit: int) -> PageResult:
                 delete_ids,
             )
     return result
+
+
+def _past_budget(page: FramePage, extension_ids: set[str]) -> set[str]:
+    """Those of these extensions whose frames' whole deadline (`hook_deadline`, from the roster
+    rows the page holds, as their frames will read it) is past the page's budget."""
+    budget = page_budget()
+    past = set()
+    for extension_id in extension_ids:
+        loaded = registry.get(extension_id)
+        row = page.rows.get(extension_id)
+        if loaded is not None and hook_deadline(row, loaded, boundary="worker") > budget:
+            past.add(extension_id)
+    return past
 
 
 def _claim(ids: list[str], now: int, limit: int) -> list[tuple[int, str, str, int, int, int]]:
