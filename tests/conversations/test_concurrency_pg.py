@@ -192,16 +192,28 @@ def test_a_claim_retried_with_the_same_claim_key_returns_the_same_run(owner):
 
 
 def test_concurrent_first_claims_with_one_claim_key_agree_on_one_run(owner):
+    """Attempts of one claim (claim-any) at once: one run; each attempt gets it, or, while the
+    attempt that made it still captures, a 503 to claim again (never a second capture)."""
+    from conversations.services import runs
+
     bulk_world(owner, 8)
 
-    def claim(_: int) -> int:
-        result = services.run_claim(claim_key="same")
+    def claim(_: int) -> object:
+        try:
+            result = services.run_claim(claim_key="same")
+        except HostError as exc:
+            return (exc.status, exc.message)
         assert result is not None
         return result.run.pk
 
-    assert len(set(in_threads(8, claim))) == 1
-    assert Run.objects.count() == 1
+    outcomes = in_threads(8, claim)
+
+    run = Run.objects.get()
+    assert set(outcomes) <= {run.pk, (503, runs.MSG_CLAIM_IN_FLIGHT)}, outcomes
+    assert run.pk in outcomes
     assert Submission.objects.filter(status="claimed").count() == 1
+    retried = services.run_claim(claim_key="same")
+    assert retried is not None and retried.run.pk == run.pk
 
 
 def test_conversation_claims_retried_while_the_first_is_in_flight_agree_on_one_run(
