@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -191,6 +192,16 @@ def test_a_claim_retried_with_the_same_claim_key_returns_the_same_run(owner):
     assert Run.objects.count() == 1
 
 
+def _claim_outcome(**claim: Any) -> object:
+    """One attempt of a claim: its run's id, or the (status, message) of its HostError."""
+    try:
+        result = services.run_claim(**claim)
+    except HostError as exc:
+        return (exc.status, exc.message)
+    assert result is not None
+    return result.run.pk
+
+
 def test_concurrent_first_claims_with_one_claim_key_agree_on_one_run(owner):
     """Attempts of one claim (claim-any) at once: one run; each attempt gets it, or, while the
     attempt that made it still captures, a 503 to claim again (never a second capture)."""
@@ -198,15 +209,7 @@ def test_concurrent_first_claims_with_one_claim_key_agree_on_one_run(owner):
 
     bulk_world(owner, 8)
 
-    def claim(_: int) -> object:
-        try:
-            result = services.run_claim(claim_key="same")
-        except HostError as exc:
-            return (exc.status, exc.message)
-        assert result is not None
-        return result.run.pk
-
-    outcomes = in_threads(8, claim)
+    outcomes = in_threads(8, lambda _: _claim_outcome(claim_key="same"))
 
     run = Run.objects.get()
     assert set(outcomes) <= {run.pk, (503, runs.MSG_CLAIM_IN_FLIGHT)}, outcomes
@@ -244,15 +247,7 @@ def test_conversation_claims_retried_while_the_first_is_in_flight_agree_on_one_r
     monkeypatch.setattr(runs, "_claim_in", after_the_lookup)
     monkeypatch.setattr(runs, "run_capture", counted_capture)
 
-    def claim(_: int) -> object:
-        try:
-            result = services.run_claim(conversation_id="c0", claim_key="same")
-        except HostError as exc:
-            return (exc.status, exc.message)
-        assert result is not None
-        return result.run.pk
-
-    outcomes = in_threads(8, claim)
+    outcomes = in_threads(8, lambda _: _claim_outcome(conversation_id="c0", claim_key="same"))
 
     run = Run.objects.get()
     assert set(outcomes) <= {run.pk, (503, runs.MSG_CLAIM_IN_FLIGHT)}, outcomes
