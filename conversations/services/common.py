@@ -160,6 +160,18 @@ def _invalid(field: str, message: str) -> HostError:
     return HostError("contract", "invalid", MSG_CONTENT_INVALID, details={field: [message]})
 
 
+def content_size_check(size: int, *, field: str) -> None:
+    """An entry's content is at most 1 MiB encoded (spec 01), whoever writes it: a runtime
+    append, or a submission whose parts become its entry (`meta` and references count too)."""
+    if size > CONTENT_LIMIT_BYTES:
+        raise HostError(
+            "limit",
+            "too_large",
+            MSG_CONTENT_TOO_LARGE,
+            details={field: [f"At most {CONTENT_LIMIT_BYTES} bytes encoded."]},
+        )
+
+
 def parts_check(
     parts: Any, *, allowed: Iterable[str], field: str = "parts"
 ) -> tuple[list[dict[str, Any]], int, int]:

@@ -26,15 +26,14 @@ from conversations.models import (
 )
 from conversations.selectors import MSG_CONVERSATION_NOT_FOUND, MSG_RUN_NOT_FOUND
 from conversations.services.common import (
-    CONTENT_LIMIT_BYTES,
     MSG_CLAIM_KEY_TAKEN,
-    MSG_CONTENT_TOO_LARGE,
     MSG_ENTRY_KEY_REUSED,
     MSG_LEASE_EXPIRED,
     MSG_RUN_NOT_CLAIMED,
     MSG_RUN_OTHER_CONVERSATION,
     MSG_RUN_RELEASED,
     PART_TYPES_ENTRY,
+    content_size_check,
     conversation_lock,
     conversation_touch,
     echo_wake,
@@ -331,13 +330,7 @@ def entry_append(
             details={"role": [f"One of {[str(r) for r in ENTRY_ROLES]}."]},
         )
     content, _, size = parts_check(content, allowed=PART_TYPES_ENTRY, field="content")
-    if size > CONTENT_LIMIT_BYTES:
-        raise HostError(
-            "limit",
-            "too_large",
-            MSG_CONTENT_TOO_LARGE,
-            details={"content": [f"At most {CONTENT_LIMIT_BYTES} bytes encoded."]},
-        )
+    content_size_check(size, field="content")
     _key_check(entry_key, "entry_key")
     with transaction.atomic(durable=True):
         if not conversation_lock(conversation_id=conversation_id):

@@ -25,10 +25,8 @@ from conversations.models import (
 )
 from conversations.selectors import MSG_CONVERSATION_NOT_FOUND, conversation_get
 from conversations.services.common import (
-    CONTENT_LIMIT_BYTES,
     MSG_ARCHIVED,
     MSG_BUSY,
-    MSG_CONTENT_TOO_LARGE,
     MSG_NOT_QUEUED,
     MSG_REQUEST_ID_REUSED,
     MSG_SUBMISSION_NOT_FOUND,
@@ -36,6 +34,7 @@ from conversations.services.common import (
     PART_TYPES_SUBMISSION,
     REQUEST_ID_MAX,
     TEXT_LIMIT_BYTES,
+    content_size_check,
     conversation_lock,
     conversation_touch,
     echo_wake,
@@ -132,15 +131,7 @@ def submission_admit(
             MSG_TEXT_TOO_LARGE,
             details={"parts": [f"Text parts total at most {TEXT_LIMIT_BYTES} bytes."]},
         )
-    if size > CONTENT_LIMIT_BYTES:
-        # the parts become the transcript entry's content, bounded as a runtime append's is
-        # (spec 01: ≤ 1 MiB encoded); `meta` and references count, not only the text
-        raise HostError(
-            "limit",
-            "too_large",
-            MSG_CONTENT_TOO_LARGE,
-            details={"parts": [f"At most {CONTENT_LIMIT_BYTES} bytes encoded."]},
-        )
+    content_size_check(size, field="parts")  # the parts become the entry's content
     if request_id is None:
         request_id = uuid.uuid4().hex
     if not isinstance(request_id, str) or not 1 <= len(request_id) <= REQUEST_ID_MAX:
