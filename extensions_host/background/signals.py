@@ -2,6 +2,8 @@
 
 - `ctx.timers` on every hook context (`extensions_host.runtime.register_capability`);
 - `settled` and `timers` sections of `GET /v1/extensions/{id}` (`selectors.detail_sections`);
+- in a resume's (or a new revision's) transaction: every pending item's `Retry` count reset
+  (`services.roster.fresh_start_steps`);
 - after a resume: a timer wake, settled replay, lifecycle replay, pending worker wakes
   (`services.roster.resume_listeners`);
 - after a grant change: pending worker wakes (`services.roster.grant_listeners`: a wake that
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extensions_host.background.services.common import logger
+from extensions_host.background.services.common import logger, retries_forgotten
 
 
 def connect() -> None:
@@ -33,6 +35,8 @@ def connect() -> None:
     selectors.detail_sections["timers"] = _timers_section
     if on_resume not in roster.resume_listeners:
         roster.resume_listeners.append(on_resume)
+    if retries_forgotten not in roster.fresh_start_steps:
+        roster.fresh_start_steps.append(retries_forgotten)
     if on_grants_changed not in roster.grant_listeners:
         roster.grant_listeners.append(on_grants_changed)
     post_save.connect(_outbox_saved, sender=LifecycleEvent, dispatch_uid="background-outbox")

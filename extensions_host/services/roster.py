@@ -44,6 +44,9 @@ MSG_QUOTAS_INVALID = "Quota overrides are invalid"
 
 # Called after a resume commits, with the extension id (timer wake, attention, …).
 resume_listeners: list[Callable[[str], None]] = []
+# Called inside the transaction of a resume or of a new revision, with the extension id: a
+# fresh start for what the stop left behind (every pending item's `Retry` count, spec 02 §7).
+fresh_start_steps: list[Callable[[str], None]] = []
 # Called after the commit that changed an extension's admitted grants (staff admission, or a
 # sync that dropped a grant no longer requested), with the extension id: what a grant gates
 # may have appeared or vanished (attention items, ambient surfaces).
@@ -207,6 +210,7 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
             # an upgrade is a fresh chance: running, auto-resume counters reset
             report.new_revision.append(row.id)
             _clear_stop(row)
+            _fresh_start(row.id)
             row.restart_count = 0
             row.activation_epoch += 1
         elif row.status == ExtensionStatus.UNINSTALLED:
@@ -266,6 +270,11 @@ def _clear_stop(row: RosterEntry) -> None:
     row.stopped_at = None
     row.failing_hook = ""
     row.next_auto_resume_at = None
+
+
+def _fresh_start(extension_id: str) -> None:
+    for step in fresh_start_steps:
+        step(extension_id)
 
 
 def extension_user(extension_id: str) -> AbstractBaseUser:
@@ -358,6 +367,7 @@ def _resume_row(row: RosterEntry, *, actor: str, staff: bool) -> bool:
             return False
     previous_reason = row.reason
     _clear_stop(row)
+    _fresh_start(row.id)
     row.activation_epoch += 1
     row.restart_count = 0 if staff else row.restart_count + 1
     row.save()

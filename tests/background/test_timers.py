@@ -455,6 +455,36 @@ def test_retries_are_bounded_and_then_count_as_a_defect(install, fake_clock, set
     assert pending("alpha") == {"k": 0}
 
 
+def test_a_resume_gives_a_timer_that_used_up_its_retries_a_fresh_budget(
+    install, fake_clock, settings
+):
+    # the upstream is down past the retry budget, then comes back: after the resume the timer
+    # may `Retry` again (it is not stopped at its first one) and then fires
+    settings.HOST_RETRY_LIMIT = 2
+    upstream = {"up": False}
+
+    def hook(ctx: Any, timer: Any) -> None:
+        if not upstream["up"]:
+            raise Retry(1, "still down")
+        record_timer(ctx, timer)
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", k=0)
+    for _ in range(3):
+        timers_fire_page()
+        fake_clock.advance(ms=1000)
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+    resume("alpha")
+    assert Timer.objects.get(extension_id="alpha", key="k").retry_attempt == 0
+    assert timers_fire_page().retried == 1
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+    upstream["up"] = True
+    fake_clock.advance(ms=1000)
+    assert timers_fire_page().fired == 1
+    assert pending("alpha") == {}
+
+
 def test_a_sweep_that_fired_waits_for_timers_falling_due_within_the_pump_window(
     install, fake_clock, settings
 ):

@@ -16,7 +16,13 @@ from django.db import connection, transaction
 
 from core import clock
 from core.errors import HostError
-from extensions_host.background.models import Kick
+from extensions_host.background.models import (
+    JobTrigger,
+    Kick,
+    LifecycleDelivery,
+    SettledCursor,
+    Timer,
+)
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import FramePage, run_page
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS, default_deadline
@@ -115,6 +121,20 @@ PAGE_ATTEMPTS = 3
 # A background page starts frames while their whole deadline ends within this many worker
 # default deadlines: a page of default-deadline frames takes frames for its first half
 PAGE_BUDGET_DEADLINES = 2
+
+
+def retries_forgotten(extension_id: str) -> None:
+    """A fresh start (a resume or a new revision, inside its transaction): every pending item
+    of the extension gets its whole `Retry` budget again. An item that used it up stopped the
+    extension; kept, it would stop it again at its first `Retry` after the resume (spec 02 §7:
+    auto-resume exists for upstreams that come back)."""
+    for items in (
+        Timer.objects.filter(extension_id=extension_id),
+        SettledCursor.objects.filter(extension_id=extension_id),
+        LifecycleDelivery.objects.filter(extension_id=extension_id),
+        JobTrigger.objects.filter(job__extension_id=extension_id),
+    ):
+        items.filter(retry_attempt__gt=0).update(retry_attempt=0)
 
 
 def page_budget() -> float:
