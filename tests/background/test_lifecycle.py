@@ -325,6 +325,19 @@ def test_a_shutdown_that_overruns_its_deadline_is_abandoned(install, settings):
     assert time.monotonic() - started < 2
 
 
+def test_a_shutdown_follows_the_staff_deadline_override(install):
+    # one deadline rule for every hook: staff's override bounds `shutdown` too (the worker
+    # default, 30 s, would have let this one run its 5 s)
+    import time
+
+    install(make_ext("alpha", shutdown=lambda ctx: time.sleep(5)))
+    RosterEntry.objects.filter(pk="alpha").update(deadline_seconds=0.05)
+    started = time.monotonic()
+
+    assert lifecycle_shutdown_all() == {"alpha": "timeout"}
+    assert time.monotonic() - started < 2
+
+
 @pytest.mark.django_db(transaction=True)
 def test_off_the_main_thread_a_slow_shutdown_is_abandoned_at_its_deadline(install, settings):
     import threading

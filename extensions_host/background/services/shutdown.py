@@ -1,6 +1,8 @@
 """`shutdown` (spec 03): no cause to record, so it is a direct, best-effort, deadline-bounded
 call made by a worker process as it shuts down (Celery's `worker_shutdown`, after its pool
-stopped); a failure is logged, never a stop."""
+stopped); a failure is logged, never a stop. Its deadline is every hook's (`hook_deadline`),
+at most the worker default: the process is exiting, and a supervisor's grace period does not
+wait minutes for it."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines as runtime_deadlines
 from extensions_host.runtime import detached_context
 from extensions_host.runtime.current import PROCESS_EXIT
+from extensions_host.runtime.frames import hook_deadline
 from extensions_host.runtime.outside import bounded, outside_reason
 from extensions_host.runtime.stops import bounded_reason, deadline_reason
-from extensions_host.services.roster import eligible_ids
+from extensions_host.services.roster import eligible_deadlines
 
 shutdown_logger = logging.getLogger("extensions_host.background.shutdown")
 HOOK = "shutdown"
@@ -27,21 +30,24 @@ def lifecycle_shutdown_all() -> dict[str, str]:
     logged, never a stop. Returns extension id → outcome (`ok`, `failed`, `timeout`)."""
     outcomes: dict[str, str] = {}
     try:
-        ids = eligible_ids("lifecycle")
+        overrides = eligible_deadlines("lifecycle")
     except Exception:  # the database may already be gone at shutdown
         shutdown_logger.exception("shutdown hooks skipped: roster unavailable")
         return outcomes
-    for extension_id in ids:
+    for extension_id, override in overrides.items():
         loaded = registry.get(extension_id)
         fn = loaded.definition.hooks.single.get("shutdown") if loaded is not None else None
         if loaded is None or fn is None:
             continue
-        outcomes[extension_id] = _shutdown_one(loaded, fn)
+        limit = min(
+            hook_deadline(None, loaded, override, boundary="worker"),
+            runtime_deadlines.default_deadline("worker"),
+        )
+        outcomes[extension_id] = _shutdown_one(loaded, fn, limit)
     return outcomes
 
 
-def _shutdown_one(loaded: LoadedExtension, fn: Any) -> str:
-    limit = min(runtime_deadlines.default_deadline("worker"), loaded.definition.deadline_s or 30)
+def _shutdown_one(loaded: LoadedExtension, fn: Any, limit: float) -> str:
     ctx = detached_context(extension_id=loaded.id, hook=HOOK)
     if ctx is None:
         return "skipped"
