@@ -397,7 +397,7 @@ class RosterEntryAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/extensions_host/confirm_action.html", context)
 
-    @admin.action(description="Resume selected extensions")
+    @admin.action(description="Resume selected extensions", permissions=["change"])
     def resume_selected(
         self, request: HttpRequest, queryset: QuerySet[RosterEntry]
     ) -> TemplateResponse | None:
@@ -422,7 +422,7 @@ class RosterEntryAdmin(admin.ModelAdmin):
         self.message_user(request, f"Resumed {resumed} extension(s).")
         return None
 
-    @admin.action(description="Admit every requested grant")
+    @admin.action(description="Admit every requested grant", permissions=["change"])
     def admit_requested_grants(
         self, request: HttpRequest, queryset: QuerySet[RosterEntry]
     ) -> TemplateResponse | None:
@@ -445,7 +445,7 @@ class RosterEntryAdmin(admin.ModelAdmin):
         self.message_user(request, f"Admitted requested grants of {queryset.count()} extension(s).")
         return None
 
-    @admin.action(description="Purge data of uninstalled extensions")
+    @admin.action(description="Purge data of uninstalled extensions", permissions=["change"])
     def purge_uninstalled(
         self, request: HttpRequest, queryset: QuerySet[RosterEntry]
     ) -> TemplateResponse | None:

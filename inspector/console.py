@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
 from django.db.models import (
     Count,
     IntegerField,
@@ -91,54 +91,75 @@ def preview(text: str, limit: int = PREVIEW_CHARS) -> str:
 # --- the index dashboard -----------------------------------------------------------------------
 
 
-def dashboard_read() -> dict[str, Any]:
-    """The figures that matter at a glance: stopped extensions with their reasons, extensions
-    waiting for staff to admit their grants, settled lag per consumer, the timer backlog and
-    its oldest due timer, failed jobs and notifier failures in the last day, the lifecycle
-    backlog, live runs and queued prompts, recent audit."""
+# The parts of the dashboard, each with the permission it takes: the view permission of the
+# model behind it (the model its card links to), so the index shows a staff user no more than
+# the console's own pages would.
+DASHBOARD_PARTS = {
+    "extensions": "extensions_host.view_rosterentry",
+    "settled": "ext_background.view_settledcursor",
+    "timers": "ext_background.view_timer",
+    "jobs": "ext_contributions.view_notification",
+    "notifiers": "ext_contributions.view_notifierhealth",
+    "runs": "conversations.view_run",
+    "audit": "core.view_auditentry",
+}
+
+
+def dashboard_read(*, user: PermissionsMixin | AnonymousUser) -> dict[str, Any]:
+    """The figures that matter at a glance, of the parts `user` may view (`DASHBOARD_PARTS`):
+    stopped extensions with their reasons and extensions waiting for staff to admit their
+    grants, settled lag per consumer, the timer backlog and its oldest due timer, failed jobs
+    (with the lifecycle backlog) and notifier failures in the last day, live runs and queued
+    prompts, recent audit. `shown` names the parts; the others are not read."""
+    shown = {part for part, perm in DASHBOARD_PARTS.items() if user.has_perm(perm)}
     now = clock.now_ms()
     since = now - DAY_MS
-    by_status = dict(
-        RosterEntry.objects.values_list("status").annotate(n=Count("id")).order_by("status")
-    )
-    stopped = list(
-        RosterEntry.objects.filter(status=ExtensionStatus.STOPPED).order_by("-stopped_at", "id")[
-            :ROWS
-        ]
-    )
-    waiting = _waiting_for_grants()
-    # settled lag, the timer backlog and the outbox: the figures `GET /v1/meta` and /metrics
-    # give, from the one place that computes them (a fixed number of queries)
-    backlog = backlog_figures()
-    settled, timers = backlog["settled"], backlog["timers"]
-    consumers = [
-        {"extension": extension_id, "cursor": consumer["cursor"], "lag": consumer["lag"]}
-        for extension_id, consumer in settled["consumers"].items()
-        if consumer["cursor"] is not None
-    ][:ROWS]
-    failed_runs, failed_jobs = _failed_job_runs(since)
-    notifiers = list(
-        NotifierHealth.objects.filter(last_failure_at__gte=since).order_by("-last_failure_at")[
-            :ROWS
-        ]
-    )
-    return {
-        "running": by_status.get(ExtensionStatus.RUNNING, 0),
-        "stopped_count": by_status.get(ExtensionStatus.STOPPED, 0),
-        "uninstalled": by_status.get(ExtensionStatus.UNINSTALLED, 0),
-        "stopped": stopped,
-        "waiting": waiting[:ROWS],
-        "waiting_count": len(waiting),
-        "core_cursor": settled["core_cursor"],
-        "consumers": consumers,
-        "max_lag": settled["max_lag"],
-        "timers_pending": timers["pending"],
-        "timers_due": timers["due"],
-        "oldest_due_at": _ms(timers["oldest_due_at"]),
-        "oldest_due_age": _age(timers["oldest_due_at"], now),
-        "failed_job_runs": failed_runs,
-        "failed_jobs": failed_jobs,
-        "notifier_failures": [
+    dash: dict[str, Any] = {"shown": shown}
+    if "extensions" in shown:
+        by_status = dict(
+            RosterEntry.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+        )
+        waiting = _waiting_for_grants()
+        dash |= {
+            "running": by_status.get(ExtensionStatus.RUNNING, 0),
+            "stopped_count": by_status.get(ExtensionStatus.STOPPED, 0),
+            "uninstalled": by_status.get(ExtensionStatus.UNINSTALLED, 0),
+            "stopped": list(
+                RosterEntry.objects.filter(status=ExtensionStatus.STOPPED).order_by(
+                    "-stopped_at", "id"
+                )[:ROWS]
+            ),
+            "waiting": waiting[:ROWS],
+            "waiting_count": len(waiting),
+            # the resume and admit buttons: what the roster's actions take
+            "may_change": user.has_perm("extensions_host.change_rosterentry"),
+        }
+    if shown & {"settled", "timers", "jobs"}:
+        # settled lag, the timer backlog and the outbox: the figures `GET /v1/meta` and
+        # /metrics give, from the one place that computes them (a fixed number of queries)
+        backlog = backlog_figures()
+        settled, timers = backlog["settled"], backlog["timers"]
+        dash |= {
+            "core_cursor": settled["core_cursor"],
+            "consumers": [
+                {"extension": extension_id, "cursor": consumer["cursor"], "lag": consumer["lag"]}
+                for extension_id, consumer in settled["consumers"].items()
+                if consumer["cursor"] is not None
+            ][:ROWS],
+            "max_lag": settled["max_lag"],
+            "timers_pending": timers["pending"],
+            "timers_due": timers["due"],
+            "oldest_due_at": _ms(timers["oldest_due_at"]),
+            "oldest_due_age": _age(timers["oldest_due_at"], now),
+            "lifecycle_backlog": sum(backlog["outbox"]["pending"].values()),
+        }
+    if "jobs" in shown:
+        dash["failed_job_runs"], dash["failed_jobs"] = _failed_job_runs(since)
+    if "notifiers" in shown:
+        notifiers = NotifierHealth.objects.filter(last_failure_at__gte=since).order_by(
+            "-last_failure_at"
+        )[:ROWS]
+        dash["notifier_failures"] = [
             {
                 "extension": row.extension_id,
                 "notifier": row.notifier,
@@ -148,12 +169,13 @@ def dashboard_read() -> dict[str, Any]:
                 "at": _ms(row.last_failure_at),
             }
             for row in notifiers
-        ],
-        "lifecycle_backlog": sum(backlog["outbox"]["pending"].values()),
-        "live_runs": Run.objects.filter(status=RunStatus.CLAIMED).count(),
-        "queued": Submission.objects.filter(status=SubmissionStatus.QUEUED).count(),
-        "audit": list(AuditEntry.objects.order_by("-at", "-id")[:10]),
-    }
+        ]
+    if "runs" in shown:
+        dash["live_runs"] = Run.objects.filter(status=RunStatus.CLAIMED).count()
+        dash["queued"] = Submission.objects.filter(status=SubmissionStatus.QUEUED).count()
+    if "audit" in shown:
+        dash["audit"] = list(AuditEntry.objects.order_by("-at", "-id")[:10])
+    return dash
 
 
 def _waiting_for_grants() -> list[dict[str, Any]]:
