@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import warnings
 from pathlib import Path
 from typing import overload
 
@@ -19,7 +20,15 @@ from django.core.exceptions import ImproperlyConfigured
 from config.settings.environment import BASE_DIR, env
 from extensions_host.surfaces.rates import parse_rate
 
-VAR_DIR = Path(env.str("HOST_VAR_DIR", default=str(BASE_DIR / "var")))
+
+def env_path(name: str, default: Path) -> Path:
+    """Read a folder setting (unset or empty: `default`; an empty value is not the working
+    directory)."""
+    raw = env.str(name, default="").strip()
+    return Path(raw) if raw else default
+
+
+VAR_DIR = env_path("HOST_VAR_DIR", BASE_DIR / "var")
 
 
 @overload
@@ -157,11 +166,27 @@ TEMPLATES = [
 # Embedded default: SQLite in WAL mode with a busy timeout, IMMEDIATE transactions so writers
 # queue on the lock instead of failing on upgrade.
 
-DATABASES = {
-    "default": environ.Env.db_url_config(
-        env.str("DATABASE_URL", default="") or f"sqlite:///{VAR_DIR / 'hyphae.sqlite3'}"
-    ),
-}
+DATABASE_ENGINES = {"django.db.backends.sqlite3", "django.db.backends.postgresql"}
+
+
+def env_database(name: str, default: str) -> dict:
+    """Read a database URL (unset or empty: `default`): SQLite or PostgreSQL, raising
+    ImproperlyConfigured with the variable's name (and only the URL's scheme: no password)."""
+    raw = env.str(name, default="").strip() or default
+    scheme = raw.split("://", 1)[0] if "://" in raw else ""
+    accepts = f"{name} must be sqlite:///<path> or postgres://user@host:port/name"
+    try:
+        with warnings.catch_warnings():  # its "not recognized" warning echoes the whole URL
+            warnings.simplefilter("ignore")
+            config = environ.Env.db_url_config(raw)
+    except ValueError as exc:  # a port that is not a number, …
+        raise ImproperlyConfigured(f"{accepts}: {exc}") from exc
+    if config.get("ENGINE") not in DATABASE_ENGINES:
+        raise ImproperlyConfigured(f"{accepts}, got {scheme + '://' if scheme else 'no scheme'}")
+    return config
+
+
+DATABASES = {"default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'hyphae.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # a fresh clone has no var/ yet: SQLite cannot create its file without the folder
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -234,7 +259,7 @@ HOST_EXTENSIONS = env.list("HOST_EXTENSIONS", default=[])
 # Each web/worker process syncs the roster at start (deploys also run `manage.py sync_roster`).
 HOST_SYNC_AT_START = env_bool("HOST_SYNC_AT_START", True)
 HOST_PUBLIC_URL = env.str("HOST_PUBLIC_URL", default="")
-HOST_DATA_DIR = Path(env.str("HOST_DATA_DIR", default=str(VAR_DIR / "data")))
+HOST_DATA_DIR = env_path("HOST_DATA_DIR", VAR_DIR / "data")
 HOST_MAX_BODY_BYTES = env_int("HOST_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 HOST_CORS_ORIGINS = env.list("HOST_CORS_ORIGINS", default=[])
 # Per-principal write rate ("600/min"; "off" disables), DRF's throttle rate below.

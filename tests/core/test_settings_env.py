@@ -270,12 +270,29 @@ def test_beat_ticks_at_the_interval_dotenv_sets(project):
         # beat writes its mark every 5 s: below three marks /readyz would flap
         ("BEAT_STALE_SECONDS", "1", "BEAT_STALE_SECONDS must be an integer >= 15, got 1"),
         ("BEAT_STALE_SECONDS", "14", "BEAT_STALE_SECONDS must be an integer >= 15, got 14"),
+        ("DATABASE_URL", "notaurl", "DATABASE_URL must be sqlite:///<path> or postgres://"),
+        ("DATABASE_URL", "postgres//db/hyphae", "DATABASE_URL must be sqlite:///<path> or"),
+        # the scheme only: never the password
+        (
+            "DATABASE_URL",
+            "foo://u:hunter2@db/h",
+            "DATABASE_URL must be sqlite:///<path> or postgres://user@host:port/name, got foo://\n",
+        ),
+        ("DATABASE_URL", "postgres://u@db:port/h", "DATABASE_URL must be sqlite:///<path> or"),
     ],
 )
 def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, value, message):
     done = python(project, LOAD, **{name: value})
     assert done.returncode != 0
     assert f"django.core.exceptions.ImproperlyConfigured: {message}" in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+def test_an_empty_folder_setting_means_its_default_not_the_working_directory(project):
+    # a blank line in .env or a blank CI variable: `Path("")` would be "." and put the SQLite
+    # database, the broker's folders, static files and beat's schedule wherever it started
+    values = show(project, "VAR_DIR", "HOST_DATA_DIR", HOST_VAR_DIR=" ", HOST_DATA_DIR="")
+    assert values == {"VAR_DIR": str(project / "var"), "HOST_DATA_DIR": str(project / "var/data")}
 
 
 def test_the_sweep_soft_time_limit_covers_the_budget_and_a_page_of_the_longest_deadline(project):
