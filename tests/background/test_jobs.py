@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conversations.models import Submission
+from conversations.models import Conversation, Submission
 from core import clock
 from extensions_host.background.declarations import Job, JobRun, PromptAction, add_job
 from extensions_host.background.models import JobState, JobTrigger
@@ -552,6 +552,20 @@ def test_a_prompt_job_submits_into_its_conversation_and_needs_send(
     jobs_run_due()
     assert state().last_error == "Extension is not granted send"
     assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_prompt_job_creates_a_missing_conversation_like_send(install, fake_clock, sent):
+    # one rule with `ctx.send` (spec 04): created on demand, owned by the extension's user
+    install(job_ext(PromptAction(conversation_id="inbox", text="Anything new?")))
+    jobs_run_due()
+    fake_clock.set(state().next_run_at)
+
+    jobs_run_due()
+
+    assert state().last_outcome == "ok"
+    inbox = Conversation.objects.get(pk="inbox")
+    assert (inbox.owner.get_username(), inbox.source) == ("ext:alpha", "ext:alpha")
+    assert Submission.objects.get(conversation_id="inbox").origin_extension_id == "alpha"
 
 
 @pytest.mark.parametrize(

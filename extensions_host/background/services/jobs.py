@@ -42,14 +42,13 @@ import datetime as dt
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from croniter import croniter
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, Min, OuterRef, Q
 
-from conversations.services import Origin, submission_admit
 from core import clock
 from core.errors import MSG_NOT_FOUND, HostError
 from core.services import audit_record
@@ -68,7 +67,9 @@ from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import FrameOutcome, FramePage, HookContext, run_frame
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
-from extensions_host.sdk import AdmissionError, DefinitionError
+from extensions_host.sdk import DefinitionError
+from extensions_host.surfaces.services.send import send_admit
+from extensions_host.surfaces.types import Accepted
 
 SWEEP_PAGE = 16
 # due jobs handed out to their own tasks per tick (beat's next tick hands out the rest)
@@ -77,7 +78,6 @@ DISPATCH_PAGE = 256
 COUNT_CAP = 100_000
 
 MSG_JOB_NOT_FOUND = "Job not found"
-MSG_NOT_GRANTED_SEND = "Extension is not granted send"
 
 
 # --- schedule arithmetic (epoch ms, UTC) ---------------------------------------------------
@@ -467,22 +467,23 @@ def _run_action(page: FramePage, declared: Declared, run: JobRun, attempt: int) 
 
 
 def _prompt(ctx: HookContext, action: PromptAction, run: JobRun) -> dict[str, Any]:
-    if "send" not in ctx.grants:
-        raise AdmissionError("closed", MSG_NOT_GRANTED_SEND)
-    try:
-        with transaction.atomic():
-            admission = submission_admit(
-                conversation_id=action.conversation_id,
-                parts=[{"type": "text", "text": action.text}],
-                origin=Origin.of_extension(ctx.extension_id, correlation=run.job_id),
-                request_id=f"job:{run.job_id}:{run.scheduled_for}"[:128],
-            )
-    except HostError as exc:  # the conversation refused it: a failed run, not a defect
-        kind = {"conflict": "conflict", "closed": "closed", "throttled": "throttled"}.get(
-            exc.cause, "invalid"
-        )
-        raise AdmissionError(kind, exc.message) from exc  # type: ignore[arg-type]
-    return {"submission_id": admission.submission.pk}
+    """`ctx.send`'s one rule (a missing conversation is created, the same errors and send
+    rate); its request id names the run, so a re-run of the same instant admits nothing new."""
+    # queued when busy (the default `when_busy`): `NotReady` is for "reject" only
+    accepted = cast(
+        Accepted,
+        send_admit(
+            extension_id=ctx.extension_id,
+            grants=ctx.grants,
+            conversation_id=action.conversation_id,
+            prompt={
+                "request_id": f"job:{run.job_id}:{run.scheduled_for}"[:128],
+                "text": action.text,
+            },
+            correlation=run.job_id,
+        ),
+    )
+    return {"submission_id": accepted.submission_id}
 
 
 def _record(
