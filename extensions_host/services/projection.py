@@ -12,7 +12,7 @@ from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.deadlines import default_deadline
-from extensions_host.runtime.frames import FrameOutcome, FramePage, run_page
+from extensions_host.runtime.frames import FrameOutcome, FramePage, hook_deadline, run_page
 from extensions_host.runtime.hooks import hook_project
 from extensions_host.runtime.stops import extension_stop, missing_handler_reason
 from extensions_host.services.commands import command_catalog
@@ -25,10 +25,12 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
     """Every slot, the conversation's version and the visible attention items.
 
     The `project` hooks of all the slots run as the frames of one optimistic page (group
-    commit: one transaction, the roster rows locked in one statement). The page's time limit is
-    twice the request deadline, and a frame starts only with its whole deadline ahead: a slow
-    projection is stopped at its own deadline, and the slots it leaves no time for answer
-    `value: null` this time (running, not stopped)."""
+    commit: one transaction, the roster rows locked in one statement), the longest deadline
+    first. The page's time limit is twice the request deadline, or the longest of the hooks'
+    deadlines when that is longer (an extension may be given up to 300 s: its hook still runs),
+    and a frame starts only with its whole deadline ahead: a slow projection is stopped at its
+    own deadline, and the slots it leaves no time for answer `value: null` this time (running,
+    not stopped)."""
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
     slots: dict[str, dict[str, Any]] = {}
     projected: list[tuple[_Row, LoadedExtension, bool, bool]] = []
@@ -47,10 +49,15 @@ def projection_build(*, principal: Principal, conversation_id: str) -> dict[str,
             projected.append((row, loaded, projects, commands))
     if projected:
         deadline = default_deadline("request")
+        deadlines = {
+            row.id: hook_deadline(None, loaded, row.deadline_seconds, boundary="request")
+            for row, loaded, *_ in projected
+        }
+        projected.sort(key=lambda item: -deadlines[item[0].id])  # stable: by id within a tie
         outcomes = run_page(
             lambda page: _project_all(page, projected, conversation.id),
             boundary="request",
-            time_limit_s=2 * deadline,
+            time_limit_s=max(2 * deadline, *deadlines.values()),
             db_limit_s=deadline,
             optimistic=True,
             first_always=False,
@@ -77,6 +84,7 @@ class _Row(NamedTuple):
     revision: str
     reason: str
     admitted_grants: list[str]
+    deadline_seconds: float | None
 
 
 def _stopped(revision: str, reason: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import frames
 from extensions_host.sdk import CatalogEntry
 
@@ -259,6 +259,40 @@ def test_projection_hooks_share_one_page_and_a_slot_without_time_left_is_not_sto
     assert slots["c3"]["value"] is None
     assert [e["name"] for e in slots["c3"]["catalog"]] == ["add", "clear"]
     assert roster("c3").status == ExtensionStatus.RUNNING
+
+
+def test_a_projection_hook_with_a_deadline_longer_than_the_page_runs_first(
+    install, conversation, owner, api, settings, monkeypatch
+):
+    # an extension given 30 s (past the page's 2 s) still projects: the page lasts its
+    # deadline, and it goes first so the others start with whatever time it leaves
+    settings.HOST_HOOK_DEADLINE_REQUEST_MS = 1_000
+    clock = PageClock()
+    monkeypatch.setattr(frames, "time", clock)
+    calls: list[str] = []
+
+    def tracked(ext_id: str, takes: float) -> Any:
+        def project(ctx: Any, conversation_id: str) -> Board:
+            calls.append(ext_id)
+            clock.now += takes
+            return Board(count=3)
+
+        return project
+
+    install(
+        board_ext("a1", project=tracked("a1", 0.5)),
+        board_ext("c3", project=tracked("c3", 0.5)),
+        board_ext("z9", project=tracked("z9", 27.0), deadline_s=30),
+    )
+    RosterEntry.objects.filter(pk="c3").update(deadline_seconds=2)  # staff: 2 s for c3
+    conversation("c1")
+
+    slots = projection(api(owner)).json()["slots"]
+
+    # z9 (30 s) first, then c3 (2 s, staff's override) in the 3 s it left, then a1 (1 s)
+    assert calls == ["z9", "c3", "a1"]
+    assert slots["z9"]["value"] == slots["c3"]["value"] == slots["a1"]["value"] == {"count": 3}
+    assert list(slots) == ["a1", "c3", "z9"]  # shown by id, whatever order they ran in
 
 
 def test_a_failing_projection_hook_runs_once_and_the_others_still_project(
