@@ -26,6 +26,7 @@ from core.access import Access, access_of
 from core.auth import Principal
 from core.db import BIGINT_MAX
 from core.errors import MSG_FORBIDDEN, HostError
+from core.validation import decimal_number
 
 MSG_CONVERSATION_NOT_FOUND = "Conversation not found"
 MSG_RUN_NOT_FOUND = "Run not found"
@@ -121,8 +122,8 @@ def conversations_list(
     qs = conversations_visible(principal=principal)
     if owner == "me":
         qs = qs.filter(owner_id=principal.user_id)
-    elif owner is not None and owner.isascii() and owner.isdigit() and int(owner) <= BIGINT_MAX:
-        qs = qs.filter(owner_id=int(owner))
+    elif owner is not None and (owner_id := decimal_number(owner, maximum=BIGINT_MAX)) is not None:
+        qs = qs.filter(owner_id=owner_id)
     elif owner is not None:
         qs = qs.filter(owner__username=owner)
     if archived is not None:

@@ -145,6 +145,13 @@ def _bearer(request: Request) -> str | None:
     return value.strip()
 
 
+def secret_matches(given: str, expected: str) -> bool:
+    """A constant-time comparison of a credential a client sent with a configured one, as
+    UTF-8 bytes: `hmac.compare_digest` refuses `str`s outside ASCII (a header's bytes above 0x7F
+    arrive as Latin-1 characters), and that must read as a wrong credential, never a 500."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
 def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
@@ -168,7 +175,7 @@ class ServiceTokenAuthentication(_Authentication):
         if raw is None or not settings.HOST_API_TOKEN:
             return None
         # compare against every configured token (constant time each) so rotation is seamless
-        if not any(hmac.compare_digest(raw, t) for t in settings.HOST_API_TOKEN):
+        if not any(secret_matches(raw, t) for t in settings.HOST_API_TOKEN):
             return None
         principal = service_principal()
         return principal.user, principal

@@ -31,6 +31,16 @@ PROBLEM_NUL = "Null characters are not allowed."
 PROBLEM_NOT_UNICODE = "Text must be valid Unicode."
 
 
+def decimal_number(raw: str, *, maximum: int) -> int | None:
+    """A non-negative whole number written in ASCII digits (a header, a query parameter, slash
+    command arguments), at most `maximum`; None for anything else. `str.isdigit` alone also
+    takes digits `int` refuses ("²") and any other script's digits."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(maximum)):
+        return None
+    value = int(raw)
+    return value if value <= maximum else None
+
+
 def problem_too_deep(max_depth: int) -> str:
     return f"Nested deeper than {max_depth} levels."
 

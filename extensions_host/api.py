@@ -9,7 +9,6 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,6 +17,7 @@ from conversations.selectors import conversation_get
 from core.api_base import EmptyInputSerializer, ListQuerySerializer, Pagination
 from core.auth import principal_of
 from core.permissions import Admin, AllowAnonymousReads, Authenticated
+from core.renderers import HostJSONRenderer
 from core.schema import error_responses
 from extensions_host import selectors
 from extensions_host.models import ExtensionStatus
@@ -162,7 +162,7 @@ class ExtensionResumeApi(APIView):
         return Response(ExtensionDetailSerializer(selectors.extension_detail(row)).data)
 
 
-class CommandOutputRenderer(JSONRenderer):
+class CommandOutputRenderer(HostJSONRenderer):
     """JSON for every command output: DRF's renderer writes `None` as an empty body (and the
     response then loses its content type), a command's `None` is JSON `null` (spec 07: JSON in
     and out)."""

@@ -25,8 +25,10 @@ from artifacts.choices import ContentType
 from artifacts.selectors import artifacts_version, projection_read
 from conversations.models import Conversation
 from core.auth import Principal
+from core.db import BIGINT_MAX
 from core.errors import MSG_UNAUTHENTICATED, HostError
 from core.middleware import json_error
+from core.validation import decimal_number
 from inspector.selectors import (
     KIND_PARTS,
     PARTS,
@@ -164,9 +166,8 @@ def _counter(raw: str | None) -> int | None:
     """A version query parameter: None when absent, -1 when malformed."""
     if raw is None:
         return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
-        return -1
-    return int(raw)
+    value = decimal_number(raw, maximum=BIGINT_MAX)
+    return -1 if value is None else value
 
 
 @never_cache

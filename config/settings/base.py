@@ -294,7 +294,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["core.permissions.DenyAll"],
     "DEFAULT_PARSER_CLASSES": ["core.parsers.HostJSONParser"],
     "DEFAULT_THROTTLE_CLASSES": ["core.throttling.WriteRateThrottle"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["core.renderers.HostJSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "core.schema.HostAutoSchema",
     "EXCEPTION_HANDLER": "core.errors.exception_handler",
     # DRF reads a None rate as "not throttled"

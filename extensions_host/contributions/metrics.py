@@ -10,7 +10,6 @@ multiprocess mode) to aggregate them.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import os
@@ -25,6 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.auth import secret_matches
 from core.models import AuditEntry
 from extensions_host.contributions.models import NotificationDelivery
 from extensions_host.models import RosterEntry
@@ -162,7 +162,7 @@ def metrics_allowed(request: HttpRequest) -> bool:
     token = settings.HOST_METRICS_TOKEN
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
-    if token and scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token):
+    if token and scheme.lower() == "bearer" and secret_matches(value.strip(), token):
         return True
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))

@@ -36,6 +36,7 @@ from conversations.selectors import conversation_get
 from core.auth import Principal, principal_of
 from core.errors import MSG_BAD_CREDENTIALS, MSG_UNAUTHENTICATED, HostError, as_host_error
 from core.middleware import json_error
+from core.validation import decimal_number
 from core.views import read_only_api_view
 from extensions_host.surfaces.live import (
     KINDS,
@@ -103,10 +104,7 @@ _digests = sync_to_async(_db(conversation_digests), thread_sensitive=False)
 
 def last_event_id(request: HttpRequest) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or ""
-    raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 19 or int(raw) > VERSION_MAX:
-        return None
-    return int(raw)
+    return decimal_number(raw.strip(), maximum=VERSION_MAX)
 
 
 def sse(event: str, data: dict[str, Any], event_id: int | None = None) -> str:

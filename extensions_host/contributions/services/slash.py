@@ -16,7 +16,9 @@ from conversations.models import Sharing
 from conversations.selectors import conversation_get, conversation_head
 from conversations.services import conversation_fork, conversation_update
 from core.auth import Principal
+from core.db import BIGINT_MAX
 from core.errors import HostError
+from core.validation import decimal_number
 from extensions_host import registry
 from extensions_host.contributions.outside import extension_available, run_outside
 from extensions_host.runtime import InvalidResult, detached_context
@@ -168,9 +170,9 @@ def _help(principal: Principal, conversation_id: str, args: str) -> dict[str, An
 
 def _fork(principal: Principal, conversation_id: str, args: str) -> dict[str, Any]:
     if args:
-        if not args.isascii() or not args.isdigit() or len(args) > 18:
+        at = decimal_number(args, maximum=BIGINT_MAX)
+        if at is None:
             raise HostError("contract", "invalid", MSG_FORK_ARGS, details={"args": [MSG_FORK_ARGS]})
-        at = int(args)
     else:
         head = conversation_head(conversation_id=conversation_id)
         if head is None:
