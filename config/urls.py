@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from core import api as core_api
 from extensions_host.contributions import urls as contributions_urls
@@ -20,7 +20,7 @@ urlpatterns = [
     path("inspect/", include("inspector.urls")),
     path("healthz", core_api.HealthzApi.as_view(), name="healthz"),
     path("readyz", core_api.ReadyzApi.as_view(), name="readyz"),
-    path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("v1/schema", core_api.SchemaApi.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
     path("v1/auth/tokens", core_api.TokenListCreateApi.as_view(), name="tokens"),
     path("v1/auth/tokens/<int:token_id>", core_api.TokenRevokeApi.as_view(), name="token-revoke"),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,6 +23,7 @@ from core.api_base import (
 from core.auth import principal_of
 from core.models import ApiToken, TokenScope
 from core.permissions import Authenticated, Public
+from core.renderers import HostJSONRenderer
 from core.schema import error_responses
 
 logger = logging.getLogger(__name__)
@@ -147,3 +150,16 @@ class ReadyzApi(APIView):
         # an expected answer to a probe, logged above: not an `ERROR django.request` line
         response._has_been_logged = True  # type: ignore[attr-defined]
         return response
+
+
+class SchemaApi(SpectacularAPIView):
+    """The OpenAPI schema, in YAML or JSON as asked; its errors (a bad credential, an `Accept`
+    it cannot serve) are the one JSON error body, like every other endpoint's."""
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        if response.status_code >= 400:
+            request.accepted_renderer = HostJSONRenderer()
+            request.accepted_media_type = HostJSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)

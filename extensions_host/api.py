@@ -32,6 +32,14 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     required=False,
     description="A retry with the same key and body returns the stored result (1..256 chars).",
 )
+IDEMPOTENT_REPLAYED = OpenApiParameter(
+    "Idempotent-Replayed",
+    {"type": "string", "enum": ["true"]},
+    OpenApiParameter.HEADER,
+    response=[200],
+    description="Sent (`true`) when this is the stored result of an earlier call with the same "
+    "`Idempotency-Key`: the handler did not run again.",
+)
 COMMAND_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 
 
@@ -194,7 +202,7 @@ class ExtensionCommandApi(APIView):
     @extend_schema(
         operation_id="extensions_command",
         summary="Call a global extension command",
-        parameters=[IDEMPOTENCY_KEY],
+        parameters=[IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED],
         request=OpenApiTypes.OBJECT,
         responses={
             200: OpenApiResponse(OpenApiTypes.ANY, description="The command's output."),
@@ -214,7 +222,7 @@ class ConversationExtensionCommandApi(APIView):
     @extend_schema(
         operation_id="conversations_extension_command",
         summary="Call an extension command in a conversation",
-        parameters=[IDEMPOTENCY_KEY],
+        parameters=[IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED],
         request=OpenApiTypes.OBJECT,
         responses={
             200: OpenApiResponse(OpenApiTypes.ANY, description="The command's output."),

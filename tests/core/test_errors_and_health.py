@@ -124,6 +124,25 @@ def test_readyz_is_not_ready_until_beat_ticks_and_again_when_it_goes_quiet(fake_
 def test_the_openapi_schema_is_served():
     response = APIClient().get("/v1/schema", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
+    assert response.json()["openapi"].startswith("3.")
+    assert APIClient().get("/v1/schema")["Content-Type"].startswith("application/vnd.oai.openapi")
+
+
+def test_the_schemas_errors_are_the_one_json_error_body():
+    response = APIClient().get("/v1/schema", HTTP_AUTHORIZATION="Bearer nope")
+    assert response.status_code == 401
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["cause"] == "unauthenticated"
+
+
+def test_a_command_documents_its_idempotent_replay_header(api, owner):
+    schema = api(owner).get("/v1/schema", HTTP_ACCEPT="application/json").json()
+    for path in (
+        "/v1/extensions/{extension_id}/commands/{name}",
+        "/v1/conversations/{conversation_id}/extensions/{extension_id}/commands/{name}",
+    ):
+        headers = schema["paths"][path]["post"]["responses"]["200"]["headers"]
+        assert headers["Idempotent-Replayed"]["schema"]["enum"] == ["true"]
 
 
 def test_writes_over_the_rate_are_throttled_with_retry_after(api, owner, fake_clock):

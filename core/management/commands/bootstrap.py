@@ -143,7 +143,10 @@ class Command(BaseCommand):
                 parts=[{"type": "text", "text": "Hello! What does this demo show?"}],
                 request_id="demo-welcome",
             )
-            return "the echo answers list the digest.summary prompt section (digest)"
+            return (
+                "the echo answers this prompt; from the next answer on they list the"
+                " digest.summary prompt section (digest)"
+            )
 
         steps = (("reminders", remind), ("approvals", approve), ("digest", welcome))
         installed = registry.loaded()
