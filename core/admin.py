@@ -7,14 +7,41 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils.functional import cached_property
 
 from core.auth import user_principal
 from core.errors import HostError
 from core.models import ApiToken
 from core.services import token_create, token_expiry_check, token_revoke
+
+
+class CappedCountPaginator(Paginator):
+    """The paginator of the console's big tables (timers, records, runs, events, …): it counts
+    at most `cap` + 1 rows (a `COUNT(*)` over a `LIMIT`ed subquery), so a list page never counts
+    a table of millions. Past the cap the list says "more than 10000" (admin/pagination.html),
+    and its far pages are reached by narrowing it (a filter, a search), not by paging."""
+
+    cap = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: self.cap + 1].count()  # type: ignore[attr-defined]  # a QuerySet
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
+
+
+class BigTableAdmin(admin.ModelAdmin):
+    """A list over a table that grows without bound: a capped count, and not a second count
+    of the whole table beside a filtered one ("N results (M total)")."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
