@@ -28,6 +28,12 @@ def payload_text(payload: Any, content_type: str) -> str:
     return payload
 
 
+# a stored payload that no longer decodes (corruption): what the integrity check reports and
+# the debug view shows; `json.loads` raises ValueError, or RecursionError when nested too deep
+MSG_PAYLOAD_UNDECODABLE = "the JSON payload does not parse"
+UNDECODABLE = (ValueError, RecursionError)
+
+
 def payload_decode(text: str, content_type: str) -> Any:
     if content_type == ContentType.APPLICATION_JSON:
         return json.loads(text)

@@ -12,8 +12,10 @@ the mirrored record columns plus the two things that can change after the fact:
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from django.db import connection
@@ -21,7 +23,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Collate
 
 from artifacts.ephemeral import ephemeral_get_many
-from artifacts.fingerprints import payload_decode
+from artifacts.fingerprints import UNDECODABLE, payload_decode
 from artifacts.models import (
     ID_MAX,
     OPEN_FOLLOWUP,
@@ -41,7 +43,14 @@ from conversations.selectors import conversation_contents_readable
 from core.auth import Principal
 from core.errors import HostError
 
+logger = logging.getLogger(__name__)
+
 MSG_OPERATION_NOT_FOUND = "Artifact operation not found"
+# A stored payload its content type cannot decode (a JSON payload that does not parse: only
+# corruption, which `integrity_check` reports in the same words).
+# Characters of an undecodable payload's raw text a debug row carries: enough to see what went
+# wrong, while the payload itself may be 4 MiB.
+UNDECODABLE_TEXT_MAX = 2000
 
 PENDING, ACTIVE, SUPERSEDED, CLEARED = "pending", "active", "superseded", "cleared"
 
@@ -214,9 +223,21 @@ def _projectable(view: WorldView, record: Record, channel: str | None) -> bool:
     return not (record.save_mode == Save.COMMIT and not record.bound_head)
 
 
-def _payloads(records: list[Record]) -> dict[int, Any]:
-    """Decoded payloads by record pk: durable ones from the database, ephemeral ones from the
-    cache (absent when evicted)."""
+@dataclass
+class _Payloads:
+    """A batch of payloads read for some records: the decoded ones by record pk, and the raw
+    text of those that do not decode (corruption) by record pk. A record in neither has no
+    payload to read (an evicted `save=none` one)."""
+
+    decoded: dict[int, Any] = field(default_factory=dict)
+    undecodable: dict[int, str] = field(default_factory=dict)
+
+
+def _payloads(records: list[Record]) -> _Payloads:
+    """The payloads of `records`: durable ones from the database, ephemeral ones from the
+    cache (absent when evicted). A payload that does not decode is set apart, never raised:
+    one corrupt row must not take down every read of its world (the projection skips it, the
+    debug view shows it, `integrity_check` reports it)."""
     durable = [r.pk for r in records if r.save_mode != Save.NONE]
     texts: dict[int, str] = {}
     if durable:
@@ -225,7 +246,14 @@ def _payloads(records: list[Record]) -> dict[int, Any]:
         texts.update(cast("Iterable[tuple[int, str]]", rows))
     texts.update(ephemeral_get_many(r.pk for r in records if r.save_mode == Save.NONE))
     by_pk = {r.pk: r for r in records}
-    return {pk: payload_decode(text, by_pk[pk].content_type) for pk, text in texts.items()}
+    found = _Payloads()
+    for pk, text in texts.items():
+        try:
+            found.decoded[pk] = payload_decode(text, by_pk[pk].content_type)
+        # JSONDecodeError is a ValueError; a corrupt run of "[[[[…" nests past the decoder
+        except UNDECODABLE:
+            found.undecodable[pk] = text
+    return found
 
 
 def projection_read(*, world_id: str, channel: str | None = None) -> list[dict[str, Any]]:
@@ -240,12 +268,23 @@ def projection_read(*, world_id: str, channel: str | None = None) -> list[dict[s
     payloads = _payloads(selected)
     items = []
     for record in selected:
-        if record.pk not in payloads:
+        if record.pk in payloads.undecodable:
+            # corruption: leave its slot empty, as for an evicted payload, and say so (the
+            # record stays visible, marked, in the admin's debug view)
+            logger.warning(
+                "artifact payload does not decode, left out of the projection: "
+                "world=%s sequence=%s record=%s",
+                record.world_id,
+                record.sequence,
+                record.record_id,
+            )
+            continue
+        if record.pk not in payloads.decoded:
             continue
         items.append(
             {
                 **_record_fields(record),
-                "payload": payloads[record.pk],
+                "payload": payloads.decoded[record.pk],
                 "head": record.bound_head or record.parent_head,
             }
         )
@@ -284,26 +323,43 @@ def debug_records(*, world_id: str, operation_id: str | None = None) -> QuerySet
     return query
 
 
+def _raw_text(text: str) -> str:
+    """The start of an undecodable payload's text, cut at `UNDECODABLE_TEXT_MAX` characters."""
+    if len(text) > UNDECODABLE_TEXT_MAX:
+        return text[:UNDECODABLE_TEXT_MAX] + "…"
+    return text
+
+
 def debug_rows(*, world_id: str, records: list[Record]) -> list[dict[str, Any]]:
-    """`read_debug`: each record with its effective status, in the order given."""
+    """`read_debug`: each record with its effective status, in the order given.
+
+    A payload that does not decode is `payload: None` with `payload_undecodable` set and the
+    start of its raw text in `payload_raw` (None otherwise): the debug read is where staff
+    diagnose corruption, so it shows the corrupt record rather than failing on it.
+    """
     # the view reads the clears after its first record: give it the oldest first
     view = world_view(world_id, records=sorted(records, key=lambda r: r.sequence))
     payloads = _payloads(records)
-    return [
-        {
-            **_record_fields(record),
-            "parent_head": record.parent_head,
-            "new_head": view.head(record),
-            "invalidation": record.invalidation,
-            "tool_call_id": record.tool_call_id,
-            "payload_bytes": record.payload_bytes,
-            "payload": payloads.get(record.pk),
-            "payload_available": record.pk in payloads,
-            "payload_fingerprint": record.payload_fingerprint,
-            "status": view.status(record),
-        }
-        for record in records
-    ]
+    rows = []
+    for record in records:
+        raw = payloads.undecodable.get(record.pk)
+        rows.append(
+            {
+                **_record_fields(record),
+                "parent_head": record.parent_head,
+                "new_head": view.head(record),
+                "invalidation": record.invalidation,
+                "tool_call_id": record.tool_call_id,
+                "payload_bytes": record.payload_bytes,
+                "payload": payloads.decoded.get(record.pk),
+                "payload_available": record.pk in payloads.decoded or raw is not None,
+                "payload_undecodable": raw is not None,
+                "payload_raw": None if raw is None else _raw_text(raw),
+                "payload_fingerprint": record.payload_fingerprint,
+                "status": view.status(record),
+            }
+        )
+    return rows
 
 
 def operation_states(
@@ -318,23 +374,33 @@ def operation_states(
 
 
 def debug_read(
-    *, world_id: str, operation_id: str | None = None, limit: int = 200
+    *,
+    world_id: str,
+    operation_id: str | None = None,
+    limit: int = 200,
+    operations_limit: int = 100,
 ) -> dict[str, Any]:
     """The admin's debug view: the newest `limit` records (ascending) with their effective
-    status, and every operation of the world (of `operation_id` only, if given)."""
+    status, and the newest `operations_limit` operations of the world (of `operation_id`
+    only, if given), newest first. `truncated` and `operations_truncated` say more exist:
+    the page stays the same size however long the world has lived."""
     newest = list(
         debug_records(world_id=world_id, operation_id=operation_id).order_by("-sequence")[
             : limit + 1
         ]
     )
     records = sorted(newest[:limit], key=lambda r: r.sequence)
+    operations = Operation.objects.filter(world_id=world_id)
+    if operation_id is not None:
+        operations = operations.filter(pk=operation_id)
+    # newest first: the operations a diagnosis is usually about
+    listed = list(operations.order_by("-created_at", "-pk")[: operations_limit + 1])
     return {
         "world_id": world_id,
         "records": debug_rows(world_id=world_id, records=records),
         "truncated": len(newest) > limit,
-        "operations": operation_states(
-            world_id=world_id, operation_ids=None if operation_id is None else [operation_id]
-        ),
+        "operations": [operation_state(op) for op in listed[:operations_limit]],
+        "operations_truncated": len(listed) > operations_limit,
     }
 
 

@@ -217,6 +217,13 @@ class DebugRecordSerializer(serializers.Serializer):
     payload_bytes = serializers.IntegerField()
     payload = serializers.JSONField(allow_null=True)
     payload_available = serializers.BooleanField(help_text="False: an evicted save=none payload.")
+    payload_undecodable = serializers.BooleanField(
+        help_text="True: the stored payload does not decode (corruption); `payload` is null."
+    )
+    payload_raw = serializers.CharField(
+        allow_null=True,
+        help_text="The start (2,000 characters) of an undecodable payload's text, else null.",
+    )
     payload_fingerprint = serializers.CharField()
     status = status_field(["pending", "active", "superseded", "cleared"])
 

@@ -23,7 +23,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from conversations.models import Conversation, Entry, Run, Submission
-from core.admin import ReadOnlyAdmin
+from core.admin import BigTableAdmin, ReadOnlyAdmin
+from core.admin_filters import ListDefersAdmin
 
 
 def _changelist(model: type[models.Model], label: str, conversation_id: str) -> str:
@@ -32,7 +33,7 @@ def _changelist(model: type[models.Model], label: str, conversation_id: str) -> 
 
 
 @admin.register(Conversation)
-class ConversationAdmin(ReadOnlyAdmin):
+class ConversationAdmin(BigTableAdmin, ReadOnlyAdmin):
     change_form_template = "admin/conversations/conversation/change_form.html"
     list_display = (
         "id",
@@ -63,7 +64,6 @@ class ConversationAdmin(ReadOnlyAdmin):
         "version",
         "related",
     )
-    show_full_result_count = False  # no COUNT(*) over a large table on every page
 
     @admin.display(description="live")
     def inspect(self, obj: Conversation) -> str:
@@ -95,7 +95,7 @@ class ConversationAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Entry)
-class EntryAdmin(ReadOnlyAdmin):
+class EntryAdmin(BigTableAdmin, ListDefersAdmin, ReadOnlyAdmin):
     list_display = (
         "id",
         "conversation_id",
@@ -107,7 +107,7 @@ class EntryAdmin(ReadOnlyAdmin):
     )
     list_filter = ("role", "withdrawn")
     search_fields = ("conversation__id",)
-    show_full_result_count = False
+    list_defer = ("content",)  # a transcript's text and parts: on the entry's page only
     readonly_fields = (
         "id",
         "conversation",
@@ -122,7 +122,7 @@ class EntryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Submission)
-class SubmissionAdmin(ReadOnlyAdmin):
+class SubmissionAdmin(BigTableAdmin, ListDefersAdmin, ReadOnlyAdmin):
     list_display = (
         "id",
         "conversation_id",
@@ -137,7 +137,7 @@ class SubmissionAdmin(ReadOnlyAdmin):
     )
     list_filter = ("status", "delivery", "origin_kind")
     search_fields = ("conversation__id", "request_id")
-    show_full_result_count = False
+    list_defer = ("parts",)  # the prompt's parts: on the submission's page only
     readonly_fields = (
         "id",
         "conversation",
@@ -159,7 +159,7 @@ class SubmissionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyAdmin):
+class RunAdmin(BigTableAdmin, ListDefersAdmin, ReadOnlyAdmin):
     list_display = (
         "id",
         "conversation_id",
@@ -172,7 +172,8 @@ class RunAdmin(ReadOnlyAdmin):
     )
     list_filter = ("status", "outcome")
     search_fields = ("conversation__id", "claim_key")
-    show_full_result_count = False
+    # what the claim captured (participants, prompt sections, tools, files): on the run's page
+    list_defer = ("capture",)
     readonly_fields = (
         "id",
         "conversation",

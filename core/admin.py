@@ -37,11 +37,13 @@ class CappedCountPaginator(Paginator):
 
 
 class BigTableAdmin(admin.ModelAdmin):
-    """A list over a table that grows without bound: a capped count, and not a second count
-    of the whole table beside a filtered one ("N results (M total)")."""
+    """A list over a table that grows without bound: a capped count, not a second count of the
+    whole table beside a filtered one ("N results (M total)"), and no filter facets (a count
+    per filter choice over the whole table)."""
 
     paginator = CappedCountPaginator
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

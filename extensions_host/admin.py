@@ -9,20 +9,24 @@ cursor, timers, records browser, documents, attention items, jobs, workers and a
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import QuerySet
+from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from core.admin import ReadOnlyAdmin
+from core.admin import BigTableAdmin, ReadOnlyAdmin
+from core.admin_filters import ListDefersAdmin, on_changelist, value_filter
 from core.errors import HostError
+from extensions_host import registry
 from extensions_host.models import (
     DocumentDeclaration,
     ExtensionDocument,
@@ -48,6 +52,29 @@ MSG_NONE_STOPPED = "None of the selected extensions is stopped: nothing to resum
 MSG_GRANTS_NOT_REQUESTED = "Only grants the extension requests can be admitted."
 MSG_CONFIRM_GRANTS = "Tick the confirmation to change the admitted grants: {change}."
 FILTER_MAX = 256
+PREVIEW_CHARS = 120  # of a record's value in the record list
+
+
+def _roster_ids() -> Iterable[str]:
+    return RosterEntry.objects.order_by("id").values_list("id", flat=True)
+
+
+def _declared_collections() -> Iterable[str]:
+    return sorted(
+        {name for ext in registry.loaded().values() for name in ext.definition.collections}
+    )
+
+
+def _declared_documents() -> Iterable[str]:
+    return DocumentDeclaration.objects.order_by("name").values_list("name", flat=True).distinct()
+
+
+# The console's filters on the big tables' plain columns (core.admin_filters): the choices come
+# from the roster (one row per extension), the loaded extensions' declarations and the
+# document declarations, never from a DISTINCT over the filtered table.
+ExtensionIdFilter = value_filter("extension_id", _roster_ids, title="extension")
+CollectionFilter = value_filter("collection", _declared_collections)
+DocumentNameFilter = value_filter("name", _declared_documents, title="document")
 
 
 def _compact(n: int) -> str:
@@ -193,8 +220,7 @@ class RosterEntryAdmin(admin.ModelAdmin):
 
         queryset = super().get_queryset(request)
         # the per-row figures only on the list (the change page reads its own sections)
-        match = request.resolver_match
-        if match and match.url_name and match.url_name.endswith("changelist"):
+        if on_changelist(request):
             queryset = roster_list_annotate(queryset)
         return queryset
 
@@ -468,23 +494,30 @@ class RosterEntryAdmin(admin.ModelAdmin):
 
 
 @admin.register(ExtensionRecord)
-class ExtensionRecordAdmin(ReadOnlyAdmin):
+class ExtensionRecordAdmin(BigTableAdmin, ListDefersAdmin, ReadOnlyAdmin):
     list_display = ["extension_id", "collection", "key", "index", "size_bytes", "preview"]
-    list_filter = ["extension", "collection"]
+    list_filter = ["extension", CollectionFilter]
     search_fields = ["key", "index"]
-    show_full_result_count = False  # no COUNT(*) over millions of records on every page
+    list_defer = ("value",)  # the list reads the start it shows (`preview`), the page the whole
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ExtensionRecord]:
+        queryset = super().get_queryset(request)
+        if on_changelist(request):
+            queryset = queryset.annotate(value_start=Substr("value", 1, PREVIEW_CHARS + 1))
+        return queryset
 
     @admin.display(description="value")
     def preview(self, obj: ExtensionRecord) -> str:
-        return obj.value[:120]
+        start: str = obj.value_start if hasattr(obj, "value_start") else obj.value
+        return start if len(start) <= PREVIEW_CHARS else start[: PREVIEW_CHARS - 1] + "…"
 
 
 @admin.register(ExtensionDocument)
-class ExtensionDocumentAdmin(ReadOnlyAdmin):
+class ExtensionDocumentAdmin(BigTableAdmin, ListDefersAdmin, ReadOnlyAdmin):
     list_display = ["extension_id", "name", "conversation_id", "updated_at"]
-    list_filter = ["extension", "name"]
+    list_filter = ["extension", DocumentNameFilter]
     search_fields = ["conversation__id"]
-    show_full_result_count = False
+    list_defer = ("value",)
 
 
 @admin.register(DocumentDeclaration)

@@ -10,21 +10,22 @@ it. Each problem names its world and, where there is one, its sequence.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from artifacts.ephemeral import ephemeral_get_many
 from artifacts.fingerprints import (
+    MSG_PAYLOAD_UNDECODABLE,
+    UNDECODABLE,
     clear_call_fingerprint,
     emit_call_fingerprint,
+    payload_decode,
     payload_fingerprint,
     record_fingerprint,
     record_id_for,
 )
 from artifacts.models import (
-    ContentType,
     Event,
     EventKind,
     Operation,
@@ -174,11 +175,10 @@ def _record_problems(record: Record, operation: Operation | None) -> list[str]:
             found.append("the payload does not match its fingerprint")
         if len(text.encode("utf-8")) != record.payload_bytes:
             found.append("the payload size does not match payload_bytes")
-        if record.content_type == ContentType.APPLICATION_JSON:
-            try:
-                json.loads(text)
-            except ValueError:
-                found.append("the JSON payload does not parse")
+        try:
+            payload_decode(text, record.content_type)
+        except UNDECODABLE:
+            found.append(MSG_PAYLOAD_UNDECODABLE)
     call = emit_call_fingerprint(
         record.call_context,
         {"request_id": record.request_id, "request_attempt": record.request_attempt},

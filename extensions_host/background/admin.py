@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import IntegerField, QuerySet, Value
 from django.http import HttpRequest
 
 from core import clock
-from core.admin import ReadOnlyAdmin
+from core.admin import BigTableAdmin, ReadOnlyAdmin
+from core.admin_filters import value_filter
 from core.errors import HostError
+from extensions_host.admin import ExtensionIdFilter
 from extensions_host.background.models import (
     JobState,
     LifecycleDelivery,
@@ -22,6 +24,7 @@ from extensions_host.background.models import (
 )
 from extensions_host.background.services.jobs import job_trigger
 from extensions_host.background.services.settled import core_cursor
+from extensions_host.sdk import LIFECYCLE_EVENTS
 
 
 def _ms(value: int | None) -> str:
@@ -40,7 +43,7 @@ def ms_column(field: str, description: str) -> Callable[[admin.ModelAdmin, Any],
 
 
 @admin.register(Timer)
-class TimerAdmin(ReadOnlyAdmin):
+class TimerAdmin(BigTableAdmin, ReadOnlyAdmin):
     list_display = ["extension", "key", "due", "fire", "retry_attempt"]
     list_filter = ["extension"]
     search_fields = ["key"]
@@ -56,16 +59,26 @@ class TimerAdmin(ReadOnlyAdmin):
 class SettledCursorAdmin(ReadOnlyAdmin):
     list_display = ["extension_id", "position", "lag", "retry_attempt", "updated_at"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SettledCursor]:
+        # the core cursor read once per page, not once per row
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(core_cursor=Value(core_cursor(), output_field=IntegerField()))
+        )
+
     @admin.display(description="lag (core cursor − cursor)")
     def lag(self, obj: SettledCursor) -> int:
-        return max(core_cursor() - obj.position, 0)
+        return max(obj.core_cursor - obj.position, 0)  # type: ignore[attr-defined]
 
 
 @admin.register(LifecycleDelivery)
-class LifecycleDeliveryAdmin(ReadOnlyAdmin):
+class LifecycleDeliveryAdmin(BigTableAdmin, ReadOnlyAdmin):
     list_display = ["event_id", "extension_id", "kind", "conversation_id", "retry_attempt"]
-    list_filter = ["extension_id", "kind"]
-    ordering = ["event_id"]
+    list_filter = [ExtensionIdFilter, value_filter("kind", lambda: sorted(LIFECYCLE_EVENTS))]
+    # each extension's deliveries in event order, as they are delivered: what
+    # `lifecycle_delivery_idx` serves (an order by event id alone sorts the whole table)
+    ordering = ["extension_id", "event_id"]
 
 
 @admin.register(WorkerState)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from core.admin import ReadOnlyAdmin
+from core.admin import BigTableAdmin, ReadOnlyAdmin
+from core.admin_filters import value_filter
+from extensions_host import registry
+from extensions_host.admin import ExtensionIdFilter
 from extensions_host.background.admin import ms_column
 from extensions_host.surfaces.models import (
     AmbientSurface,
@@ -13,6 +16,13 @@ from extensions_host.surfaces.models import (
     Interaction,
     ToolCallResult,
 )
+
+
+def _declared_interaction_kinds() -> list[str]:
+    """The kinds the loaded extensions declare (`interaction_kinds`): the only ones they seed."""
+    return sorted(
+        {kind for ext in registry.loaded().values() for kind in ext.definition.interaction_kinds}
+    )
 
 
 @admin.register(AttentionItem)
@@ -41,9 +51,9 @@ class AmbientSurfaceAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Interaction)
-class InteractionAdmin(ReadOnlyAdmin):
+class InteractionAdmin(BigTableAdmin, ReadOnlyAdmin):
     list_display = ["call_id", "kind", "status", "extension", "conversation", "created_at"]
-    list_filter = ["status", "kind", "extension"]
+    list_filter = ["status", value_filter("kind", _declared_interaction_kinds), "extension"]
     search_fields = ["call_id", "prompt", "conversation__id"]
     list_select_related = ["extension", "conversation"]
     exclude = ["created_at_ms", "settled_at_ms"]
@@ -54,7 +64,7 @@ class InteractionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ToolCallResult)
-class ToolCallResultAdmin(ReadOnlyAdmin):
+class ToolCallResultAdmin(BigTableAdmin, ReadOnlyAdmin):
     list_display = ["tool_call_id", "run", "extension_id", "tool", "ok", "reason", "created_at"]
-    list_filter = ["ok", "extension_id"]
+    list_filter = ["ok", ExtensionIdFilter]
     search_fields = ["tool_call_id", "reason"]
