@@ -409,8 +409,9 @@ class WorldArtifactsApi(APIView):
 
 
 class FollowupPagination(Pagination):
-    # the seed orders its summaries by operation id, in code-point order: `position` is the id
-    # under a binary collation (`selectors.followup_operations`), never the database's own
+    # by operation id in code-point order (the seed's `localeCompare` differs on case): the
+    # same order on every database, `position` being the id under a binary collation
+    # (`selectors.followup_operations`), never the database's own
     ordering = "position"
 
 

@@ -22,10 +22,42 @@ def sha256(text: str) -> str:
 
 
 def payload_text(payload: Any, content_type: str) -> str:
-    """How a payload is stored and measured: text as is, JSON as its compact serialisation."""
+    """How a payload is stored and measured: text as is, JSON as its compact serialisation,
+    its numbers written as the seed's `JSON.stringify` writes them (`json_numbers`)."""
     if content_type == ContentType.APPLICATION_JSON or not isinstance(payload, str):
-        return stable_json(payload)
+        return stable_json(json_numbers(payload))
     return payload
+
+
+SAFE_INTEGER = 2**53  # beyond it a float's integer digits are not exactly JavaScript's
+
+
+def json_numbers(value: Any) -> Any:
+    """JSON has one kind of number: `1.0` and `1` are the same payload, as in the seed (its
+    fingerprint and its size are JavaScript's: `{"v":1}`, 7 bytes, for both). A whole float
+    within the safe integers is written as the integer, so the same call sent either way is
+    the same call."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= SAFE_INTEGER:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: json_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_numbers(item) for item in value]
+    return value
+
+
+# What JavaScript's `String.prototype.trim` removes (the seed's blank check of ids): Unicode
+# white space and line terminators, U+FEFF included, where Python's `str.strip` keeps U+FEFF
+# and removes the ASCII separators U+001C..U+001F and U+0085.
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def blank(value: str) -> bool:
+    """Empty once trimmed as the seed trims (`value.trim() === ""`)."""
+    return value.strip(JS_WHITESPACE) == ""
 
 
 # a stored payload that no longer decodes (corruption): what the integrity check reports and

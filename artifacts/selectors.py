@@ -450,8 +450,8 @@ def followup_read(*, principal: Principal, operation_id: str) -> FollowupSummary
 def followup_operations(*, world_id: str) -> QuerySet[Operation]:
     """`read_followup_summaries`: every operation of the world worth reporting (not failed at
     the core, not completed with nothing to show); the caller orders and pages them by
-    `position`, the operation id in code-point order (the seed's) whatever the database's
-    collation: PostgreSQL's "C" compares UTF-8 bytes, as SQLite's default BINARY does."""
+    `position`, the operation id in code-point order (not the seed's `localeCompare`) whatever
+    the database's collation: PostgreSQL's "C" compares UTF-8 bytes, as SQLite's BINARY does."""
     collation = "C" if connection.vendor == "postgresql" else "BINARY"
     return (
         Operation.objects.filter(world_id=world_id)

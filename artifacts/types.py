@@ -18,6 +18,7 @@ from jsonschema import validators as jsonschema_validators
 from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
+from artifacts.fingerprints import blank
 from artifacts.models import (
     CONTEXT_FIELDS,
     ID_MAX,
@@ -47,7 +48,7 @@ def invalid(message: str, field_name: str, problem: str) -> HostError:
 def check_id(value: Any, field_name: str, message: str, *, limit: int = ID_MAX) -> str:
     """A non-blank string of at most `limit` characters (kept exactly: identities are
     compared byte for byte, so nothing is trimmed)."""
-    if not isinstance(value, str) or value.strip() == "":
+    if not isinstance(value, str) or blank(value):
         raise invalid(message, field_name, "Must be a non-empty string.")
     if "\x00" in value:  # PostgreSQL text cannot hold NUL
         raise invalid(message, field_name, "Must not contain NUL characters.")

@@ -22,6 +22,7 @@ from django.db import transaction
 
 from artifacts.ephemeral import ephemeral_put
 from artifacts.fingerprints import (
+    blank,
     clear_call_fingerprint,
     emit_call_fingerprint,
     payload_fingerprint,
@@ -268,7 +269,7 @@ def artifact_emit(
         # arguments (ids, output) is the runtime's shape error, a 400 (`_check_call`, DRF).
         # Caught at the encoding emit does anyway: the check costs the normal path nothing.
         return EmitResult(False, rejected(reject_not_unicode(declaration)))
-    if tool_call_id.strip() == "":
+    if blank(tool_call_id):
         return EmitResult(False, rejected(REJECT_EMPTY_TOOL_CALL))
     fingerprint = payload_fingerprint(declaration.name, declaration.content_type, text)
     call = emit_call_fingerprint(
@@ -377,7 +378,7 @@ def artifact_clear(*, context: RequestContext, output: str, tool_call_id: str) -
     declaration = context.declaration(output)
     if declaration is None:
         return ClearResult(False, rejected(reject_undeclared(output)))
-    if tool_call_id.strip() == "":
+    if blank(tool_call_id):
         return ClearResult(False, rejected(REJECT_EMPTY_TOOL_CALL))
     call = clear_call_fingerprint(
         context.operation.as_dict(), _request(context), output=declaration.name

@@ -18,6 +18,7 @@ from artifacts.ephemeral import ephemeral_get_many
 from artifacts.fingerprints import (
     MSG_PAYLOAD_UNDECODABLE,
     UNDECODABLE,
+    blank,
     clear_call_fingerprint,
     emit_call_fingerprint,
     payload_decode,
@@ -234,7 +235,7 @@ def _shape_problems(event: Event) -> list[str]:
     if fields is None:
         return [f"unknown event kind {event.kind!r}"]
     required, optional = fields
-    carried = {name for name in _TEXT_FIELDS if getattr(event, name).strip() != ""}
+    carried = {name for name in _TEXT_FIELDS if not blank(getattr(event, name))}
     stray = {name for name in _TEXT_FIELDS if getattr(event, name) != ""} - carried
     attempt = event.request_attempt
     if event.request_id != "" or attempt is not None:
@@ -245,7 +246,7 @@ def _shape_problems(event: Event) -> list[str]:
         for name in sorted((carried | stray) - required - optional)
     ]
     if _REQUEST in carried and not (
-        event.request_id.strip() != "" and attempt is not None and attempt >= 1
+        not blank(event.request_id) and attempt is not None and attempt >= 1
     ):
         found.append(f"the {event.kind} event carries a partial request attempt")
     return found

@@ -487,7 +487,7 @@ def _give_operation_ids_a_locale_collation() -> None:
 
 
 def test_the_followup_list_is_in_code_point_order_whatever_the_collation(begun, api, owner):
-    """The seed's order ("op-B" before "op-a"), page after page, forward and back, on SQLite
+    """Code-point order ("op-B" before "op-a"), page after page, forward and back, on SQLite
     and on PostgreSQL whatever collation the id column has."""
     if connection.vendor == "postgresql":
         _give_operation_ids_a_locale_collation()

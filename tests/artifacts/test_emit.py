@@ -7,6 +7,7 @@ import json
 import pytest
 
 from artifacts import services
+from artifacts.fingerprints import payload_text
 from artifacts.models import Event, Record
 from artifacts.services.emit import MAX_PAYLOAD_BYTES
 from artifacts.types import MSG_DECLARATION_INVALID, contract_violation
@@ -258,6 +259,8 @@ EMIT_REJECTIONS = [
     ),
     ("empty tool call", "panel", "x", "", "Tool-call ID cannot be empty"),
     ("blank tool call", "panel", "x", "   ", "Tool-call ID cannot be empty"),
+    # blank as the seed's `trim()` sees it: a byte-order mark is white space there
+    ("byte-order mark", "panel", "x", "\ufeff \u3000", "Tool-call ID cannot be empty"),
     (
         "same id, other arguments",
         "panel",
@@ -351,6 +354,7 @@ def test_the_budget_and_max_emits_are_per_attempt(world):
 CLEAR_REJECTIONS = [
     ("undeclared", "nope", "c9", "Undeclared artifact output: nope"),
     ("empty tool call", "panel", "", "Tool-call ID cannot be empty"),
+    ("byte-order mark", "panel", "\ufeff", "Tool-call ID cannot be empty"),
     (
         "id of an emit",
         "panel",
@@ -829,3 +833,25 @@ def test_the_tool_call_probe_is_planned_on_its_unique_index_without_statistics(w
     assert "artifact_record_tool_call" in plan
     filters = [line for line in plan.splitlines() if "Filter:" in line]
     assert not [line for line in filters if "tool_call_id" in line], plan
+
+
+def test_a_json_number_is_one_number_whether_written_1_or_1_0(world):
+    """As in the seed (JavaScript has one number type): the same call sent with 1 and with 1.0
+    is one call, and its size is that of `{"v":1}` (7 bytes)."""
+    context = started(
+        op_context(), decl("card", content_type="application/json"), max_artifact_bytes=7
+    )
+    first = emit(context, output="card", payload={"v": 1.0}, tool_call_id="n1")
+    again = emit(context, output="card", payload={"v": 1}, tool_call_id="n1")
+
+    assert first.ok, first.markdown
+    assert (again.ok, again.idempotent, again.record_id) == (True, True, first.record_id)
+    record = Record.objects.get()
+    assert (record.payload, record.payload_bytes) == ('{"v":1}', 7)
+
+
+def test_only_whole_numbers_within_the_safe_integers_are_written_as_integers():
+    payload = {"whole": 2.0, "fraction": 1.5, "nested": [3.0, {"x": -0.0}], "big": 2.0**60}
+    assert payload_text(payload, "application/json") == (
+        '{"big":1.152921504606847e+18,"fraction":1.5,"nested":[3,{"x":0}],"whole":2}'
+    )
