@@ -16,6 +16,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -54,25 +55,55 @@ _TOKEN_SHAPED = re.compile(
 def redact(text: str, extension_id: str) -> str:
     """Remove the extension's secret values, the host's service tokens and anything shaped like
     a bearer token."""
+    text = _without(text, _secret_forms(extension_id))
+    text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _TOKEN_SHAPED.sub(REDACTED, text)
+
+
+def redact_secrets(value: Any, extension_id: str) -> Any:
+    """A JSON value with the extension's secret values and the host's service tokens replaced
+    in every string, keys included (the exact values only, no guessing at token shapes: the
+    value is a result, not a message). What the host keeps of a result for later (a command's
+    stored idempotent replay) never holds a secret in plaintext."""
+    forms = _secret_forms(extension_id)
+    if not forms:
+        return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return _without(item, forms)
+        if isinstance(item, dict):
+            return {walk(key): walk(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [walk(inner) for inner in item]
+        return item
+
+    return walk(value)
+
+
+def _secret_forms(extension_id: str) -> list[str]:
+    """The extension's secret values and the host's service tokens, each as written and escaped
+    as messages quote it (`KeyError(secret)` shows its repr, a JSON text its `json.dumps`),
+    longest first, so a secret containing another is removed whole."""
     values: set[str] = {token for token in settings.HOST_API_TOKEN if token}
     for source in secret_sources:
         try:
             values.update(v for v in source(extension_id) if isinstance(v, str) and v)
         except Exception:  # a broken source must not block a stop
             logger.exception("secret source failed while redacting")
-    # each value as written and escaped as messages quote it (`KeyError(secret)` shows its
-    # repr, a JSON text its `json.dumps`)
     forms = {
         form
         for value in values
         if len(value) >= SECRET_MIN_CHARS
         for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])
     }
-    # longest first, so a secret containing another is removed whole
-    for form in sorted(forms, key=len, reverse=True):
+    return sorted(forms, key=len, reverse=True)
+
+
+def _without(text: str, forms: list[str]) -> str:
+    for form in forms:
         text = text.replace(form, REDACTED)
-    text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    return _TOKEN_SHAPED.sub(REDACTED, text)
+    return text
 
 
 def bounded_reason(reason: str, extension_id: str) -> str:

@@ -20,7 +20,7 @@ from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.frames import FrameOutcome
 from extensions_host.runtime.hooks import command_hook_name, hook_command
-from extensions_host.runtime.stops import extension_stop
+from extensions_host.runtime.stops import extension_stop, redact_secrets
 from extensions_host.sdk import Caller, CatalogEntry, Command, Extension
 from extensions_host.services.errors import (
     MSG_UNAVAILABLE,
@@ -158,6 +158,7 @@ class _Idempotency:
     scope: str
     key: str
     fingerprint: str
+    extension_id: str
 
     @classmethod
     def of(
@@ -178,6 +179,7 @@ class _Idempotency:
             scope=f"extcmd:{principal.user_id}:{extension_id}:{name}:{conversation_id or ''}",
             key=key,
             fingerprint=hashlib.sha256(canonical.encode()).hexdigest(),
+            extension_id=extension_id,
         )
 
     def lookup(self) -> CommandResult | None:
@@ -198,8 +200,10 @@ class _Idempotency:
         )
 
     def store(self, value: Any) -> None:
+        # kept for 24 hours, in the database and its backups: a secret the handler returned
+        # (a token "shown once") is not kept with it; a replay shows it redacted
         IdempotencyResult.objects.filter(scope=self.scope, key=self.key).update(
-            status=200, body=value
+            status=200, body=redact_secrets(value, self.extension_id)
         )
 
 

@@ -371,6 +371,31 @@ def test_a_command_returning_none_answers_json_null_also_when_replayed(install, 
     assert again["Idempotent-Replayed"] == "true"
 
 
+def test_a_secret_a_command_returns_once_is_not_kept_for_its_replay(install, owner, api):
+    """A command that mints a token, keeps it in the secret store and shows it once: its
+    stored replay (24 hours in the database and its backups) holds it redacted, never in
+    plaintext (spec 08: no plaintext secret anywhere in a dump)."""
+    from core.models import IdempotencyResult
+
+    def rotate(ctx: Any, data: Any) -> dict[str, Any]:
+        token = f"cb-{uuid.uuid4().hex}"
+        ctx.stores.secrets.set("callback", token)
+        return {"callback_token": token, "note": "shown once"}
+
+    install(make_ext("hooks", commands={"rotate": ({"scope": "global"}, rotate)}))
+    client = api(owner)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "rot-1"}
+
+    first = client.post(url("rotate", None, ext="hooks"), {}, format="json", **headers)
+    again = client.post(url("rotate", None, ext="hooks"), {}, format="json", **headers)
+
+    token = first.json()["callback_token"]
+    assert token.startswith("cb-")  # the caller sees it once
+    assert again.json() == {"callback_token": "[redacted]", "note": "shown once"}
+    assert again["Idempotent-Replayed"] == "true"
+    assert token not in str(IdempotencyResult.objects.values_list("body", flat=True)[0])
+
+
 def test_a_key_the_database_cannot_store_is_400_not_a_store_error(setup, api):
     """A NUL in the input reaches `get(key)`: a bound violation (400) on every database, never
     `store/unavailable` (503) from the driver, and no stop."""
