@@ -129,8 +129,8 @@ def inspector_fragments(request: HttpRequest, conversation_id: str) -> HttpRespo
     """`{version, artifacts_version, parts: {name: html}}` for the live page. `parts=a,b`
     picks parts (default all); `since=<version>` answers no parts when the conversation has
     not moved (polling); `artifacts_since=<n>` leaves out the artifacts part while the world's
-    artifact sequence has not moved (artifact changes do not move the conversation's version,
-    so the page watches them with this cheap poll)."""
+    artifact sequence has not moved (the page's cheap poll of it, a backstop beside the stream,
+    which names artifact changes too)."""
     if not request.user.is_authenticated:
         return json_error(HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED))
     raw = request.GET.get("parts", "")

@@ -187,6 +187,12 @@ def _attention_refresh(extension_id: str) -> None:
     attention.attention_owner_refresh(extension_id=extension_id)
 
 
+def _roster_changed(extension_id: str) -> None:
+    from extensions_host.surfaces.live import roster_changes_publish
+
+    roster_changes_publish(extension_id)
+
+
 def _changes_publish(conversation_ids: frozenset[str]) -> None:
     from extensions_host.surfaces.live import changes_publish
 
@@ -226,6 +232,11 @@ def register() -> None:
     _add(stop_listeners, _attention_refresh)
     _add(resume_listeners, _attention_refresh)
     _add(grant_listeners, _attention_refresh)
+    # … and every conversation's projection slot shows it: wake every live stream (each sees
+    # the roster's stamp move, `live.conversation_version`)
+    _add(stop_listeners, _roster_changed)
+    _add(resume_listeners, _roster_changed)
+    _add(grant_listeners, _roster_changed)
     # every committed change wakes the live streams of its conversation: frames (observed
     # conversations) and the conversation services (admission, claims, appends, settles, …)
     _add(observation_listeners, _changes_publish)

@@ -160,13 +160,14 @@ async def event_stream(
             # version against older digests (reported in full), never as a version whose
             # digests already include it (its kinds would be lost)
             digests = await _digests(conversation_id=conversation_id)
-            version = await _version(conversation_id=conversation_id, principal=principal)
+            seen = await _version(conversation_id=conversation_id, principal=principal)
         except _Unavailable:
             yield sse("unavailable", {"conversation_id": conversation_id})
             return
-        if version is None:
+        if seen is None:
             yield sse("gone", {"conversation_id": conversation_id})
             return
+        version, roster = seen
         if last_seen is None:
             yield _change(conversation_id, version, [])
         elif last_seen != version:
@@ -191,11 +192,20 @@ async def event_stream(
                 if current is None:
                     yield sse("gone", {"conversation_id": conversation_id})
                     return
-                if current != version:
+                if current.version != version:
                     fresh = await _digests(conversation_id=conversation_id)
                     changed = changed_kinds(digests, fresh)
-                    version, digests = current, fresh
+                    if current.roster != roster and "projection" not in changed:
+                        changed.append("projection")
+                    (version, roster), digests = current, fresh
                     yield _change(conversation_id, version, changed)
+                    last_sent = loop.time()
+                    continue
+                if current.roster != roster:
+                    # an extension stopped, resumed or had its grants changed: the projection
+                    # slots, under the same version (the event id stays)
+                    roster = current.roster
+                    yield _change(conversation_id, version, ["projection"])
                     last_sent = loop.time()
                     continue
             except _Unavailable:

@@ -15,7 +15,7 @@ import json
 import logging
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.core.exceptions import FieldError
@@ -25,6 +25,7 @@ from django.db.models import Count, Max, OuterRef, Q, Subquery
 from conversations.models import Conversation, Entry, Run, Submission
 from core.access import access_of
 from core.auth import Principal
+from extensions_host.models import RosterEntry
 from extensions_host.surfaces.models import Interaction
 from extensions_host.surfaces.selectors import ambient_visible, attention_visible
 from extensions_host.surfaces.services.common import visible_extension_ids
@@ -32,6 +33,7 @@ from extensions_host.surfaces.services.common import visible_extension_ids
 logger = logging.getLogger(__name__)
 
 CHANNEL = "hyphae_conversations"
+EVERY_CONVERSATION = "*"  # a hint's payload that wakes every stream (not a conversation id)
 # What a change event can name (spec 01 live updates, plus the parts the host also tracks).
 KINDS = (
     "conversation",
@@ -47,6 +49,12 @@ KINDS = (
 
 
 # --- the publishing side (any process that commits a change) ----------------------------------
+
+
+def roster_changes_publish(extension_id: str) -> None:
+    """After a stop or a resume commits: wake every live stream (their projection slots show
+    it). The same hint as a conversation's, naming them all."""
+    changes_publish([EVERY_CONVERSATION])
 
 
 def changes_publish(conversation_ids: Iterable[str]) -> None:
@@ -69,18 +77,30 @@ def changes_publish(conversation_ids: Iterable[str]) -> None:
 # --- the reading side (the stream) --------------------------------------------------------------
 
 
-def conversation_version(*, conversation_id: str, principal: Principal) -> int | None:
-    """The version, or None when the conversation is gone or no longer readable."""
+class Seen(NamedTuple):
+    """What a stream compares at each poll: the conversation's version, and when any roster
+    row last changed (a stop, a resume, a grant: every conversation's projection slots show
+    it, and no conversation's version moves for it)."""
+
+    version: int
+    roster: str
+
+
+def conversation_version(*, conversation_id: str, principal: Principal) -> Seen | None:
+    """The version and the roster's stamp (one statement), or None when the conversation is
+    gone or no longer readable."""
+    latest = RosterEntry.objects.order_by("-updated_at").values("updated_at")[:1]
     row = (
         Conversation.objects.filter(pk=conversation_id)
-        .values("version", "owner_id", "sharing")
+        .annotate(roster_at=Subquery(latest))
+        .values("version", "owner_id", "sharing", "roster_at")
         .first()
     )
     if row is None:
         return None
     if access_of(principal, owner_id=row["owner_id"], sharing=row["sharing"]) == "none":
         return None
-    return int(row["version"])
+    return Seen(int(row["version"]), str(row["roster_at"]))
 
 
 def conversation_digests(*, conversation_id: str) -> dict[str, str]:
@@ -201,7 +221,10 @@ class ChangeHub:
                     self.listening = True
                     self._wake_all()  # a change may have slipped by while we were connecting
                     async for notify in conn.notifies():
-                        self.wake(notify.payload)
+                        if notify.payload == EVERY_CONVERSATION:
+                            self._wake_all()
+                        else:
+                            self.wake(notify.payload)
             except asyncio.CancelledError:
                 self.listening = False
                 raise

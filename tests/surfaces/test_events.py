@@ -23,6 +23,8 @@ from conversations.models import Conversation
 from conversations.services import Origin, submission_admit
 from core import clock
 from core.services import token_create
+from extensions_host.runtime import extension_stop
+from extensions_host.services.roster import extension_resume
 from extensions_host.surfaces.live import KINDS, changed_kinds, conversation_digests
 
 from .conftest import in_frame
@@ -199,6 +201,39 @@ def test_an_sse_client_sees_a_change_event_soon_after_a_submission_and_an_attent
     assert int(noticed["id"]) == payload(noticed)["version"] > payload(submitted)["version"]
     assert submission_delay < BOUND_SECONDS
     assert attention_delay < BOUND_SECONDS
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_and_a_resume_reach_the_stream_as_a_projection_change(
+    committed, stream_server, install
+):
+    """An extension with only a projection has nothing in the conversation whose version a
+    stop would move, yet every projection slot shows the stop: the stream watches the roster
+    too (on PostgreSQL woken by the stop's hint, on SQLite at its next poll)."""
+    install(make_ext("watch", grants={"attention"}), make_ext("slot", grants={"projection"}))
+    server = stream_server()
+    url = f"{server.base}/v1/conversations/c1/events"
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
+        with client.stream("GET", url, headers=committed) as response:
+            events = Events(response)
+            version = payload(events.change())["version"]
+
+            started = time.monotonic()
+            extension_stop(extension_id="slot", hook="on_timer", reason="slot broke")
+            stopped = events.change()
+            stop_delay = time.monotonic() - started
+            extension_resume(extension_id="slot", actor="staff")
+            resumed = events.change()
+
+    for frame in (stopped, resumed):
+        assert payload(frame) == {
+            "conversation_id": "c1",
+            "version": version,
+            "changed": ["projection"],
+        }
+        assert int(frame["id"]) == version  # the conversation did not move
+    assert stop_delay < BOUND_SECONDS
 
 
 @pytest.mark.integration

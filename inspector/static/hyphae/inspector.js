@@ -113,6 +113,9 @@
       .catch(function () {})
       .then(function () {
         inflight = false;
+        if (pending.size) {
+          refresh([]); // a change that arrived meanwhile waited for this poll
+        }
       });
   }
 
@@ -194,11 +197,17 @@
         form.requestSubmit();
       }
     });
+    // the prompt being sent and its request id: sending the same text again after a failure
+    // that may have reached the host (no answer) is the same submission, never a second one
+    var attempt = null;
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       var prompt = text.value;
-      if (!prompt.trim()) {
-        return;
+      if (send.disabled || !prompt.trim()) {
+        return; // one send at a time: Ctrl+Enter submits even while the button is disabled
+      }
+      if (attempt === null || attempt.text !== prompt) {
+        attempt = { text: prompt, id: requestId() };
       }
       send.disabled = true;
       note.textContent = "sending…";
@@ -211,7 +220,7 @@
           "X-CSRFToken": csrf,
         },
         body: JSON.stringify({
-          request_id: requestId(),
+          request_id: attempt.id,
           parts: [{ type: "text", text: prompt }],
         }),
       })
@@ -223,6 +232,7 @@
             })
             .then(function (body) {
               if (response.ok) {
+                attempt = null;
                 text.value = "";
                 note.textContent = "submitted #" + body.id;
                 refresh(["transcript", "header"]);
