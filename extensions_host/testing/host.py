@@ -208,14 +208,16 @@ class TestHost:
     def install(self, *extensions: Any, grants: dict[str, Iterable[str]] | None = None) -> Any:
         """Install exactly these extensions (a later call replaces the set, like a deploy) and
         sync the roster: grants are admitted as requested (`HOST_AUTO_ADMIT`), or only the
-        ones listed in `grants={"extension-id": [...]}`. Returns the sync report."""
+        ones listed in `grants={"extension-id": [...]}`. Declared jobs are scheduled from now,
+        as a running host's job sweep does within its next tick (so an `advance()` before the
+        first `run_jobs()` counts the instants it passes). Returns the sync report."""
         from extensions_host import registry
         from extensions_host.runtime import forget_activations
-        from extensions_host.services.roster import extension_admit_grants, roster_sync
+        from extensions_host.services.roster import extension_admit_grants
 
         self._stack.enter_context(registry.installed(*extensions))
         forget_activations()
-        report = roster_sync()
+        report = self.sync()
         for extension_id, admitted in (grants or {}).items():
             extension_admit_grants(
                 extension_id=extension_id, grants=sorted(admitted), actor="hyphae-testing"
@@ -224,10 +226,13 @@ class TestHost:
 
     @_host_work
     def sync(self) -> Any:
-        """Run `sync_roster` again (as a deploy or a process start does)."""
+        """Run `sync_roster` again (as a deploy or a process start does), and schedule the
+        jobs it declares (as the job sweep's next tick does)."""
+        from extensions_host.background.services.jobs import jobs_declared, jobs_ensure
         from extensions_host.services.roster import roster_sync
 
         report = roster_sync()
+        jobs_ensure(jobs_declared())
         return report
 
     def status(self, extension_id: str) -> ExtensionState:
@@ -670,6 +675,13 @@ class TestHost:
         from extensions_host.background.services.jobs import jobs_list
 
         return {row["id"]: row for row in jobs_list()}
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """Every declared worker with its last run, outcome and error (as `GET /v1/meta`): the
+        outcome of a worker that `deliver_lifecycle()` or `detect_idle()` woke and ran."""
+        from extensions_host.background.services.workers import workers_summary
+
+        return {row["id"]: row for row in workers_summary()}
 
     @_host_work
     def notify(

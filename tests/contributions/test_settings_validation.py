@@ -79,10 +79,19 @@ def test_valid_settings_are_stored_as_given_and_read_back_as_typed(team):
 def test_the_extension_setting_its_own_settings_goes_through_the_same_rule(team):
     ctx = detached_context(extension_id="team", hook="test")
     assert ctx is not None
-    with pytest.raises(StateError, match="settings are invalid"):
+    # the message names what to fix, as the staff form's details do by field
+    with pytest.raises(StateError) as refused:
         ctx.stores.settings.set({"max_blockers": "3"})
-    with pytest.raises(StateError, match="settings are invalid"):
-        ctx.stores.settings.set({"typo_key": 1})
+    assert refused.value.message == (
+        "Extension settings are invalid: max_blockers: Input should be a valid integer"
+    )
+    with pytest.raises(StateError) as refused:
+        ctx.stores.settings.set({"typo_key": 1, "max_blockers": -1})
+    assert refused.value.message.startswith("Extension settings are invalid: ")
+    assert refused.value.message.endswith(" (and 1 more)")
+    assert "typo_key: Extra inputs are not permitted" in refused.value.message or (
+        "max_blockers: Input should be greater than or equal to 0" in refused.value.message
+    )
     assert ctx.stores.settings.get() == {}
     ctx.stores.settings.set({"team": "ops"})
     assert ctx.stores.settings.get() == {"team": "ops"}

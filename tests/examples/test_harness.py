@@ -122,6 +122,50 @@ def test_trigger_job_runs_a_declared_job_now(hyphae_host):
     assert hyphae_host.jobs()["ext:recorder:tick"]["runs"] == 1
 
 
+def test_a_job_is_scheduled_at_install_so_the_first_instant_after_it_runs(hyphae_host):
+    # a running host's sweep declares a new job within a tick: moving the clock before the
+    # first run_jobs() must not lose the instants it passes
+    ext = recorder()
+    add_job(
+        ext,
+        Job(
+            "hourly",
+            every_seconds=3600,
+            action=lambda ctx, run: ctx.collection("seen").put(Seen(key=f"at:{run.scheduled_for}")),
+        ),
+    )
+    hyphae_host.install(ext)
+    installed = hyphae_host.clock.now_ms()
+    assert hyphae_host.jobs()["ext:recorder:hourly"]["next_run_at"] == clock.from_ms(
+        installed + 3_600_000
+    )
+
+    hyphae_host.advance(seconds=3600)
+    hyphae_host.run_jobs()
+
+    assert hyphae_host.read(
+        "recorder", lambda ctx: ctx.collection("seen").get(f"at:{installed + 3_600_000}")
+    )
+
+
+def test_workers_reports_the_outcome_of_a_worker_a_delivery_ran(hyphae_host):
+    from extensions_host.sdk import Worker, add_worker
+
+    ext = recorder()
+
+    def kaput(ctx: Any, wake: Any) -> None:
+        raise RuntimeError("kaput")
+
+    add_worker(ext, Worker("w", wake_on=["conversation_created"], run=kaput))
+    hyphae_host.install(ext)
+    hyphae_host.conversation("c1")
+
+    hyphae_host.deliver_lifecycle()
+
+    worker = hyphae_host.workers()["ext:recorder:worker:w"]
+    assert (worker["last_outcome"], worker["last_error"]) == ("failed", "worker w defect: kaput")
+
+
 def test_the_host_restores_the_clock_and_the_installed_set(db, tmp_path):
     before = registry._override
 

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.views.decorators.debug import sensitive_variables
 
-from core.errors import HostError
+from core.errors import HostError, bound_text
 from core.services import audit_record
 from core.validation import json_problem, model_from_json
 from extensions_host import registry
@@ -360,9 +360,22 @@ class SettingsHandle:
             try:
                 settings_store(extension_id=self._ctx.extension_id, value=value)
             except HostError as exc:
-                raise StateError("bound", exc.message) from exc
+                raise StateError("bound", _first_problem(exc)) from exc
 
         _write(self._ctx, store)
+
+
+def _first_problem(exc: HostError) -> str:
+    """The refusal with its first problem by field (`Extension settings are invalid:
+    max_members: Input should be greater than or equal to 1 (and 1 more)`): a `StateError`
+    carries a message, where the staff form's 400 has the problems by field."""
+    problems = [
+        f"{field}: {problem}" for field, found in (exc.details or {}).items() for problem in found
+    ]
+    if not problems:
+        return exc.message
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return bound_text(f"{exc.message}: {problems[0]}{more}", 512)
 
 
 class PathsHandle:
