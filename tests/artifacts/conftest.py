@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from tests.artifacts.helpers import make_world
 
@@ -10,6 +11,14 @@ from tests.artifacts.helpers import make_world
 @pytest.fixture
 def world(owner):
     return make_world(owner, "world-1")
+
+
+@pytest.fixture
+def console(staff):
+    """A staff user signed in to the admin."""
+    client = Client()
+    client.force_login(staff)
+    return client
 
 
 @pytest.fixture(autouse=True)

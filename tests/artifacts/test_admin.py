@@ -13,13 +13,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_client_(staff):
-    client = Client()
-    client.force_login(staff)
-    return client
-
-
-@pytest.fixture
 def filled(world):
     op = op_context()
     ctx = started(op, decl("panel", save="operation"))
@@ -29,25 +22,25 @@ def filled(world):
 
 
 @pytest.mark.parametrize("model", ["world", "operation", "record", "event"])
-def test_staff_can_list_and_view_but_not_add_change_or_delete(admin_client_, filled, model):
-    listing = admin_client_.get(f"/admin/artifacts/{model}/")
+def test_staff_can_list_and_view_but_not_add_change_or_delete(console, filled, model):
+    listing = console.get(f"/admin/artifacts/{model}/")
     assert listing.status_code == 200
-    assert admin_client_.get(f"/admin/artifacts/{model}/add/").status_code == 403
+    assert console.get(f"/admin/artifacts/{model}/add/").status_code == 403
 
 
-def test_a_record_page_is_read_only(admin_client_, filled):
+def test_a_record_page_is_read_only(console, filled):
     record = Record.objects.get()
-    page = admin_client_.get(f"/admin/artifacts/record/{record.pk}/change/")
+    page = console.get(f"/admin/artifacts/record/{record.pk}/change/")
     assert page.status_code == 200
     assert b"visible panel text" in page.content
     assert b'name="_save"' not in page.content
-    posted = admin_client_.post(f"/admin/artifacts/record/{record.pk}/change/", {"channel": "x"})
+    posted = console.post(f"/admin/artifacts/record/{record.pk}/change/", {"channel": "x"})
     assert posted.status_code == 403
     assert Record.objects.get().channel == "main"
 
 
-def test_the_debug_view_shows_projection_operations_records_and_integrity(admin_client_, filled):
-    page = admin_client_.get("/admin/artifacts/world/world-1/debug/")
+def test_the_debug_view_shows_projection_operations_records_and_integrity(console, filled):
+    page = console.get("/admin/artifacts/world/world-1/debug/")
     assert page.status_code == 200
     html = page.content.decode()
     assert filled.record_id in html
@@ -55,23 +48,23 @@ def test_the_debug_view_shows_projection_operations_records_and_integrity(admin_
     assert "visible panel text" in html
     assert "bind_head" in html
     assert "Run the integrity check" in html  # the check itself only on request
-    checked = admin_client_.get("/admin/artifacts/world/world-1/debug/?check=1")
+    checked = console.get("/admin/artifacts/world/world-1/debug/?check=1")
     assert "No corruption found" in checked.content.decode()
 
 
-def test_the_debug_view_reports_corruption(admin_client_, filled):
+def test_the_debug_view_reports_corruption(console, filled):
     Record.objects.update(payload="tampered")
-    html = admin_client_.get("/admin/artifacts/world/world-1/debug/?check=1").content.decode()
+    html = console.get("/admin/artifacts/world/world-1/debug/?check=1").content.decode()
     assert "the payload does not match its fingerprint" in html
 
 
-def test_the_integrity_action_reports_clean_and_corrupt_worlds(admin_client_, filled):
+def test_the_integrity_action_reports_clean_and_corrupt_worlds(console, filled):
     action = {"action": "check_integrity", "_selected_action": ["world-1"]}
-    page = admin_client_.post("/admin/artifacts/world/", action, follow=True)
+    page = console.post("/admin/artifacts/world/", action, follow=True)
     assert "1 world(s) checked: no corruption found." in page.content.decode()
 
     Record.objects.update(payload="tampered")
-    page = admin_client_.post("/admin/artifacts/world/", action, follow=True)
+    page = console.post("/admin/artifacts/world/", action, follow=True)
     html = page.content.decode()
     # a changed payload: its fingerprint and its size no longer match
     assert "2 problem(s) found in 1 world(s)." in html
@@ -93,7 +86,7 @@ def _column(html: str, name: str) -> list[str]:
     return re.findall(rf'<td class="field-{name}">([^<]*)</td>', html)
 
 
-def test_the_record_list_shows_each_records_effective_status(admin_client_, world):
+def test_the_record_list_shows_each_records_effective_status(console, world):
     first = op_context(operation_id="op-1")
     ctx1 = started(first, decl("panel", save="operation"))
     emit(ctx1, "panel", "first", "c1")
@@ -106,13 +99,13 @@ def test_the_record_list_shows_each_records_effective_status(admin_client_, worl
     emit(ctx2, "later", "pending", "c5")
     assert Record.objects.get(operation_id="op-1").superseded is False  # the raw column
 
-    html = admin_client_.get("/admin/artifacts/record/").content.decode()
+    html = console.get("/admin/artifacts/record/").content.decode()
 
     # newest first
     assert _column(html, "status") == ["pending", "active", "cleared", "superseded"]
 
 
-def test_the_record_list_reads_statuses_in_a_bounded_number_of_queries(admin_client_, owner, world):
+def test_the_record_list_reads_statuses_in_a_bounded_number_of_queries(console, owner, world):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -120,7 +113,7 @@ def test_the_record_list_reads_statuses_in_a_bounded_number_of_queries(admin_cli
 
     def listed() -> tuple[int, list[str]]:
         with CaptureQueriesContext(connection) as captured:
-            page = admin_client_.get("/admin/artifacts/record/")
+            page = console.get("/admin/artifacts/record/")
         assert page.status_code == 200
         return len(captured.captured_queries), _column(page.content.decode(), "status")
 
@@ -145,12 +138,12 @@ def test_the_record_list_reads_statuses_in_a_bounded_number_of_queries(admin_cli
     assert many_queries == few_queries
 
 
-def test_the_operation_list_shows_request_attempts(admin_client_, world):
+def test_the_operation_list_shows_request_attempts(console, world):
     ctx = started(op_context(), decl())
     services.request_attempt_begin(context=with_attempt(ctx, 3))
     services.request_attempt_begin(context=req_context(op_context(), decl(), request_id="a-req"))
     services.operation_begin(context=op_context(operation_id="op-2"))
 
-    html = admin_client_.get("/admin/artifacts/operation/").content.decode()
+    html = console.get("/admin/artifacts/operation/").content.decode()
 
     assert _column(html, "attempts") == ["-", "a-req=1, req-1=3"]

@@ -36,13 +36,6 @@ DEBUG = "/admin/artifacts/world/world-1/debug/"
 
 
 @pytest.fixture
-def console(staff):
-    client = Client()
-    client.force_login(staff)
-    return client
-
-
-@pytest.fixture
 def cards(world):
     """A committed operation with a text panel (sequence 1) and a JSON card (sequence 2)."""
     op = op_context()
