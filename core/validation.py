@@ -155,13 +155,17 @@ def first_validation_problem(exc: ValidationError, *, max_chars: int = 200) -> s
     errors = exc.errors(include_url=False, include_input=False, include_context=False)
     if not errors:
         return bound_text(str(exc.title), max_chars)
-    first = errors[0]
-    path = ".".join(str(part) for part in first["loc"])
-    problem = f"{path}: {first['msg']}" if path else first["msg"]
-    more = len(errors) - 1
-    if more:
-        problem += f" (and {more} more)"
-    return bound_text(problem, max_chars)
+    problems = []
+    for error in errors:
+        path = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{path}: {error['msg']}" if path else error["msg"])
+    return first_problem(problems, max_chars=max_chars)
+
+
+def first_problem(problems: list[str], *, max_chars: int = 200) -> str:
+    """The first of `problems`, with how many others there are (`… (and 2 more)`), bounded."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return bound_text(f"{problems[0]}{more}", max_chars)
 
 
 def model_from_json(

@@ -28,9 +28,9 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.views.decorators.debug import sensitive_variables
 
-from core.errors import HostError, bound_text
+from core.errors import HostError
 from core.services import audit_record
-from core.validation import json_problem, model_from_json
+from core.validation import first_problem, json_problem, model_from_json
 from extensions_host import registry
 from extensions_host.contributions.models import ExtensionSecret, ExtensionSettings
 from extensions_host.models import RosterEntry
@@ -374,8 +374,7 @@ def _first_problem(exc: HostError) -> str:
     ]
     if not problems:
         return exc.message
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return bound_text(f"{exc.message}: {problems[0]}{more}", 512)
+    return f"{exc.message}: {first_problem(problems)}"
 
 
 class PathsHandle:
