@@ -24,7 +24,7 @@ class ContributionsConfig(AppConfig):
         if loading.on_load not in registry.load_listeners:
             registry.load_listeners.append(loading.on_load)
         from extensions_host.contributions.metrics import hook_observed
-        from extensions_host.runtime.frames import outcome_listeners
+        from extensions_host.runtime.outcomes import outcome_listeners
 
         if hook_observed not in outcome_listeners:
             outcome_listeners.append(hook_observed)

@@ -2,8 +2,8 @@
 for routes) and notifiers (best-effort: never a stop).
 
 Before the first such call in a process (and again after a resume or a new revision), the
-extension's `activate` runs as it does before a frame (`frames.activate_outside`); a failing
-one stops the extension (notifiers included: `activate` failing is a stop wherever it runs).
+extension's `activate` runs as it does before a frame (`runtime.outside.activate_outside`); a
+failing one stops the extension (notifiers included: `activate` failing is a stop wherever it runs).
 Like a frame, the call is deadline-bounded (SIGALRM on a main thread, the elapsed check
 everywhere: `runtime.outside.bounded`, which idle workers and `shutdown` use too) and
 classified, but it holds no transaction: it may call slow services and writes through
@@ -28,15 +28,10 @@ from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
-from extensions_host.runtime.current import PROCESS_EXIT
-from extensions_host.runtime.frames import (
-    Boundary,
-    RosterView,
-    activate_outside,
-    hook_deadline,
-    roster_view,
-)
-from extensions_host.runtime.outside import bounded, outside_reason
+from extensions_host.runtime.current import PROCESS_EXIT, Boundary
+from extensions_host.runtime.frames import hook_deadline
+from extensions_host.runtime.outside import activate_outside, bounded, outside_reason
+from extensions_host.runtime.roster_rows import RosterView, roster_view
 from extensions_host.runtime.stops import (
     deadline_reason,
     exception_message,

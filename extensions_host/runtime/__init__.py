@@ -1,8 +1,11 @@
 """The runtime: the one place any extension hook is invoked (frames, locks, deadlines, stop
-rules, observation). Read `frames.py` first, then `context.py` (guards) and `stops.py`."""
+rules, observation). Read `frames.py` first (`run_frame`), then `invoke.py` (the call and its
+classification), `pages.py` (frames sharing a commit), `context.py` (guards) and `stops.py`.
+`outside.py` and `transact.py` are the extension's code outside hooks and the frames it starts."""
 
 from __future__ import annotations
 
+from extensions_host.runtime.activation import forget_activations
 from extensions_host.runtime.context import (
     HookContext,
     register_capability,
@@ -11,16 +14,9 @@ from extensions_host.runtime.context import (
     require_write,
 )
 from extensions_host.runtime.current import Frame, InvalidResult, current_frame
-from extensions_host.runtime.frames import (
-    FrameOutcome,
-    FramePage,
-    detached_context,
-    forget_activations,
-    frame_page,
-    observation_listeners,
-    run_frame,
-    run_page,
-)
+from extensions_host.runtime.frames import observation_listeners, run_frame
+from extensions_host.runtime.outcomes import FrameOutcome
+from extensions_host.runtime.pages import FramePage, frame_page, run_page
 from extensions_host.runtime.stops import (
     StopRecord,
     extension_stop,
@@ -28,6 +24,7 @@ from extensions_host.runtime.stops import (
     secret_sources,
     stop_listeners,
 )
+from extensions_host.runtime.transact import detached_context
 
 __all__ = [
     "Frame",

@@ -28,6 +28,7 @@ from django.db import DatabaseError, IntegrityError
 
 from core import clock
 from extensions_host.runtime.current import (
+    Boundary,
     Frame,
     FrameDefect,
     HookDeadline,
@@ -41,7 +42,6 @@ from extensions_host.services import records as record_store
 
 if TYPE_CHECKING:
     from extensions_host.registry import LoadedExtension
-    from extensions_host.runtime.frames import Boundary
 
 T = TypeVar("T")
 
@@ -286,11 +286,11 @@ class HookContext:
         frame.observed.add(document_store.check_conversation_id(conversation_id))
 
     def update(self, fn: Callable[[HookContext], T]) -> T:
-        from extensions_host.runtime.frames import context_update
+        from extensions_host.runtime.transact import context_update
 
         return context_update(self, fn)
 
     def transact(self, fn: Callable[[HookContext], T]) -> T:
-        from extensions_host.runtime.frames import context_transact
+        from extensions_host.runtime.transact import context_transact
 
         return context_transact(self, fn)

@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from extensions_host.runtime.frames import FramePage
+    from extensions_host.runtime.pages import FramePage
 
 FrameMode = Literal["write", "read", "state"]
+# the deadline a call gets by default (5 s in a request, 30 s in a worker)
+Boundary = Literal["request", "worker"]
+# what a failing hook does: "stop" the extension (background hooks), or "return" typed SDK
+# errors to the caller (commands, routes, `transact`, `update`)
+Failures = Literal["stop", "return"]
 
 
 class HostInterrupt(BaseException):

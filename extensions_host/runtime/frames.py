@@ -48,242 +48,54 @@ most max(budget, 300 s). Outcome listeners of an optimistic page hear of its fra
 the page ran.
 
 A lone frame on PostgreSQL takes its roster row, its usage and its database limits in one
-statement (`_lock_roster_rows`).
+statement (`roster_rows.lock_roster_rows`).
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 
 from conversations.models import Conversation
 from extensions_host import registry
-from extensions_host.models import ExtensionStatus, RosterEntry, UsageSlot
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime import deadlines
+from extensions_host.runtime.activation import ensure_activated
 from extensions_host.runtime.context import HookContext
-from extensions_host.runtime.crashes import clear_deferred, crashed_reason, delivery_counted
+from extensions_host.runtime.crashes import crashed_reason, delivery_counted
 from extensions_host.runtime.current import (
-    PROCESS_EXIT,
+    Boundary,
+    Failures,
     Frame,
-    FrameDefect,
     FrameMode,
     HookDeadline,
-    HostTransient,
-    InvalidResult,
     TransientDatabaseError,
-    _current,
-    current_frame,
 )
-from extensions_host.runtime.stops import (
-    async_reason,
-    deadline_reason,
-    exception_message,
-    extension_stop,
-    reason_for,
-)
-from extensions_host.runtime.transient import (
-    is_statement_timeout,
-    is_transient,
-    with_transient_retries,
-)
-from extensions_host.sdk import Caller, ExtensionStop, Retry, SdkError, StateError
-from extensions_host.services.quotas import PageUsage, quotas_parsed, usage_flush
-from extensions_host.services.recovery import retry_limit
+from extensions_host.runtime.invoke import invoke
+from extensions_host.runtime.outcomes import FrameOutcome, HookFailure, reported
+from extensions_host.runtime.pages import FramePage, PageAbort
+from extensions_host.runtime.roster_rows import RosterView, lock_roster_row
+from extensions_host.runtime.stops import deadline_reason, extension_stop
+from extensions_host.runtime.transient import is_transient, with_transient_retries
+from extensions_host.sdk import Caller
+from extensions_host.services.quotas import quotas_parsed, usage_flush
 
 T = TypeVar("T")
 logger = logging.getLogger("extensions_host.runtime")
-Failures = Literal["stop", "return"]
-Boundary = Literal["request", "worker"]
-Status = Literal["ok", "skipped", "stopped", "failed", "retry"]
-Skip = Literal["", "missing", "uninstalled", "stopped", "revision", "prepare", "page"]
-
-MSG_UPDATE_UNAVAILABLE = "Extension state update is unavailable"
-MSG_TRANSACT_UNAVAILABLE = "Extension transaction is unavailable"
 
 # Called after a frame commits with the conversations it touched (live updates subscribe).
 observation_listeners: list[Callable[[frozenset[str]], None]] = []
-# Called with (extension id, outcome) for every frame whose hook ran (metrics subscribe).
-outcome_listeners: list[Callable[[str, FrameOutcome], None]] = []
-
-
-@dataclass(frozen=True)
-class FrameOutcome:
-    """What happened to one frame.
-
-    - `ok`: committed; `value` is the hook's (validated) result.
-    - `skipped`: the hook did not run (`skip` says why; `reason` is the stored stop reason).
-    - `stopped`: rolled back and the extension stopped with `reason`.
-    - `failed`: rolled back; `error` is the typed SDK error for the caller (commands, …).
-    - `retry`: rolled back on `Retry`; offer the item again after `retry_after` seconds.
-    """
-
-    status: Status
-    value: Any = None
-    error: SdkError | None = None
-    reason: str = ""
-    skip: Skip = ""
-    retry_after: float | None = None
-    elapsed_s: float = 0.0
-    hook: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
-class FramePage:
-    """One outer transaction shared by several frames (group commit, spec 03).
-
-    Isolated: each frame runs in a savepoint; a failing frame rolls back only its savepoint and
-    its stop is written into the page's transaction; later frames of a stopped extension in the
-    page are skipped. Optimistic (`isolated=False`): no savepoints; a failing frame aborts the
-    page (`PageAbort`). The roster rows its frames use are held `FOR SHARE` until the page
-    commits, so its time is bounded: a frame starts only when its whole deadline ends within the
-    page's time limit (`admits`), the page's first frame whatever its deadline when
-    `first_always`. A frame's own deadline is never cut by the page.
-    """
-
-    def __init__(
-        self,
-        *,
-        boundary: Boundary,
-        time_limit_s: float,
-        db_limit_s: float | None = None,
-        isolated: bool = True,
-        first_always: bool = True,
-    ) -> None:
-        self.boundary = boundary
-        self.deadline_at = time.monotonic() + time_limit_s
-        # the database limits set for the whole page (a frame sets its own when its deadline
-        # is another)
-        self.db_limit_s = time_limit_s if db_limit_s is None else min(db_limit_s, time_limit_s)
-        self.isolated = isolated
-        self.first_always = first_always
-        self.started = 0  # frames admitted so far
-        self.stopped: set[str] = set()
-        self.rows: dict[str, RosterView] = {}  # roster rows this page holds FOR SHARE
-        self.usage = PageUsage()
-        self.reports: list[tuple[str, FrameOutcome]] = []  # optimistic: heard after the page
-        # failures of an aborted optimistic run, by (extension, hook, item): not run again
-        self.known: dict[tuple[str, str, str], _Failure] = {}
-
-    def remaining(self) -> float:
-        return max(self.deadline_at - time.monotonic(), deadlines.MIN_DEADLINE_SECONDS)
-
-    def admits(self, deadline_s: float) -> bool:
-        """Whether a frame with this whole deadline may start now: it ends within the page's
-        time limit, or it is the page's first frame (`first_always`)."""
-        if self.remaining() < deadline_s and not (self.first_always and not self.started):
-            return False
-        self.started += 1
-        return True
-
-    def lock(self, extension_ids: Iterable[str]) -> None:
-        """Take the roster rows of these extensions `FOR SHARE` in one statement, in the page's
-        own transaction (outside any frame's savepoint), for every frame of the page to use."""
-        wanted = sorted(set(extension_ids) - set(self.rows))
-        for row in _lock_roster_rows(wanted) if wanted else ():
-            self.rows[row.id] = row
-            self.usage.seed(row.id, row.usage)
-
-
-class PageAbort(Exception):
-    """A frame of an optimistic page failed: the page is rolled back whole and run again."""
-
-    def __init__(self, culprit: tuple[str, str, str], failure: _Failure) -> None:
-        super().__init__(f"{culprit[0]}: {failure.reason}")
-        self.culprit = culprit
-        self.failure = failure
-
-
-@contextmanager
-def frame_page(
-    *,
-    boundary: Boundary = "worker",
-    time_limit_s: float | None = None,
-    db_limit_s: float | None = None,
-    isolated: bool = True,
-    first_always: bool = True,
-) -> Iterator[FramePage]:
-    """Open a page: one durable transaction for several frames."""
-    limit = time_limit_s if time_limit_s is not None else deadlines.default_deadline(boundary)
-    try:
-        with transaction.atomic(durable=True):
-            page = FramePage(
-                boundary=boundary,
-                time_limit_s=limit,
-                db_limit_s=db_limit_s,
-                isolated=isolated,
-                first_always=first_always,
-            )
-            deadlines.database_limits(page.db_limit_s)
-            yield page
-            page.usage.flush()
-    finally:
-        clear_deferred()  # the delivery counts of the page's frames that finished
-
-
-def run_page(
-    fn: Callable[[FramePage], T],
-    *,
-    boundary: Boundary = "worker",
-    time_limit_s: float | None = None,
-    db_limit_s: float | None = None,
-    optimistic: bool = False,
-    first_always: bool = True,
-) -> T:
-    """Run `fn(page)` in a page, again from the start after a host-transient database error.
-    Optimistic: without savepoints first, and isolated again after a frame failed."""
-    known: dict[tuple[str, str, str], _Failure] = {}
-
-    def attempt() -> T:
-        with frame_page(
-            boundary=boundary,
-            time_limit_s=time_limit_s,
-            db_limit_s=db_limit_s,
-            isolated=not optimistic or bool(known),
-            first_always=first_always,
-        ) as page:
-            page.known.update(known)
-            result = fn(page)
-        for extension_id, outcome in page.reports:
-            _reported(extension_id, outcome)
-        return result
-
-    try:
-        return with_transient_retries(attempt)
-    except PageAbort as abort:
-        logger.info("optimistic page aborted (%s): running it again isolated", abort)
-        known[abort.culprit] = abort.failure
-        return with_transient_retries(attempt)
-
-
-@dataclass(frozen=True)
-class _Failure:
-    # "enclosing": the deadline of the call the frame runs in (a route, a worker run) ran out:
-    # rolled back, no stop here; `HookDeadline` goes on to that call, whose rule applies (a
-    # route's overrun stops the extension, a worker run's is a failed run, spec 03)
-    kind: Literal["stop", "typed", "retry", "transient", "enclosing"]
-    hook: str
-    reason: str = ""
-    cause: BaseException | None = None
-    error: SdkError | None = None
-    retry_after: float | None = None
 
 
 class _Rollback(Exception):
-    def __init__(self, failure: _Failure) -> None:
+    def __init__(self, failure: HookFailure) -> None:
         super().__init__(failure.reason)
         self.failure = failure
 
@@ -379,10 +191,10 @@ def _attempt(
             if page is None:
                 # bound the wait for the roster row too (a sync or a stop may hold it FOR UPDATE)
                 provisional = hook_deadline(None, loaded, deadline_s, boundary=boundary)
-                row = _lock_roster_row(loaded.id, limit_s=provisional)  # sets the limits too
+                row = lock_roster_row(loaded.id, limit_s=provisional)  # sets the limits too
             else:
                 provisional = page.db_limit_s  # set when the page began
-                row = page.rows.get(loaded.id) or _lock_roster_row(loaded.id)
+                row = page.rows.get(loaded.id) or lock_roster_row(loaded.id)
             skipped = _skip(row, loaded, hook)
             if skipped is not None:
                 return skipped
@@ -399,7 +211,7 @@ def _attempt(
                     extension_id=loaded.id, hook=hook, item=item, deferred=page is not None
                 )
             ):
-                raise _Rollback(_Failure("stop", hook, crashed_reason(hook)))
+                raise _Rollback(HookFailure("stop", hook, crashed_reason(hook)))
             nested = deadlines.seconds_left_nested()
             enclosed = nested is not None and own >= nested
             own_limits = own != provisional
@@ -408,7 +220,7 @@ def _attempt(
                 # needs a longer `statement_timeout` too)
                 deadlines.database_limits(own)
             grants = frozenset(row.admitted_grants)
-            failure = _ensure_activated(loaded, row, grants, own, page)
+            failure = ensure_activated(loaded, row, grants, own, page)
             if failure is None and page is not None:
                 failure = page.known.get((loaded.id, hook, key or ""))  # failed in an abort
             if failure is not None:
@@ -434,7 +246,7 @@ def _attempt(
                 caller=caller,
                 boundary=boundary,
             )
-            result, failure = _invoke(frame, ctx, call, validate, failures, retry_attempt)
+            result, failure = invoke(frame, ctx, call, validate, failures, retry_attempt)
             if failure is not None:
                 raise _Rollback(failure)
             _commit_bookkeeping(frame)
@@ -442,10 +254,10 @@ def _attempt(
                 finish(result)
             if deadlines.seconds_left() == 0:
                 # the enclosing call's deadline passed meanwhile (its alarm is held): too late
-                raise _Rollback(_Failure("enclosing", hook, deadline_reason(hook)))
+                raise _Rollback(HookFailure("enclosing", hook, deadline_reason(hook)))
             if page is not None and own_limits:
                 deadlines.database_limits(page.db_limit_s)
-            return _reported(
+            return reported(
                 loaded.id,
                 FrameOutcome(
                     status="ok", value=result, hook=hook, elapsed_s=time.monotonic() - started
@@ -461,27 +273,13 @@ def _attempt(
         if is_transient(exc):
             raise TransientDatabaseError(str(exc)) from exc
         raise
-    return _reported(
+    return reported(
         loaded.id, _after_rollback(loaded, failure, page, time.monotonic() - started), page
     )
 
 
-def _reported(
-    extension_id: str, outcome: FrameOutcome, page: FramePage | None = None
-) -> FrameOutcome:
-    if page is not None and not page.isolated:
-        page.reports.append((extension_id, outcome))  # heard if the page is not aborted
-        return outcome
-    for listener in outcome_listeners:
-        try:
-            listener(extension_id, outcome)
-        except Exception:  # observing must never change what the frame did
-            logger.exception("frame outcome listener failed")
-    return outcome
-
-
 def _after_rollback(
-    loaded: LoadedExtension, failure: _Failure, page: FramePage | None, elapsed: float
+    loaded: LoadedExtension, failure: HookFailure, page: FramePage | None, elapsed: float
 ) -> FrameOutcome:
     if failure.kind == "transient":
         raise TransientDatabaseError(failure.reason) from failure.cause
@@ -526,96 +324,6 @@ def _frame_transaction(page: FramePage | None) -> Iterator[None]:
             yield
     else:
         yield  # optimistic: a failure aborts the page
-
-
-@dataclass(frozen=True)
-class RosterView:
-    """What a frame reads of its extension's roster row (taken `FOR SHARE`), and the
-    extension's committed usage when it came with the row."""
-
-    id: str
-    status: str
-    revision: str
-    reason: str
-    deadline_seconds: float | None
-    admitted_grants: list[str]
-    quotas: dict[str, int]
-    activation_epoch: int
-    usage: tuple[int, int] | None
-
-
-_ROSTER_COLUMNS = (
-    "id",
-    "status",
-    "revision",
-    "reason",
-    "deadline_seconds",
-    "admitted_grants",
-    "quotas",
-    "activation_epoch",
-)
-
-
-def roster_view(extension_id: str) -> RosterView | None:
-    """The extension's roster row as frames see it, read without a lock and without its usage
-    (the pre-checks of commands, routes and slash commands: one plain statement)."""
-    return next(iter(_lock_roster_rows([extension_id], lock=False, usage=False)), None)
-
-
-def _lock_roster_row(extension_id: str, *, limit_s: float | None = None) -> RosterView | None:
-    return next(iter(_lock_roster_rows([extension_id], limit_s=limit_s)), None)
-
-
-def _lock_roster_rows(
-    extension_ids: list[str], *, limit_s: float | None = None, lock: bool = True, usage: bool = True
-) -> list[RosterView]:
-    """Roster rows `FOR SHARE`, in id order, each with its committed usage; on PostgreSQL
-    `limit_s` also sets the database limits — one plain statement for all three (a frame's
-    first round trip). SQLite's IMMEDIATE transactions already exclude every other writer.
-
-    `set_config(…, true)` is `SET LOCAL`. It runs before the row lock is waited for, so the
-    new `lock_timeout` bounds that wait, and `statement_timeout` applies from the next
-    statement on."""
-    postgres = connection.vendor == "postgresql"
-    roster = connection.ops.quote_name(RosterEntry._meta.db_table)
-    slots = connection.ops.quote_name(UsageSlot._meta.db_table)
-    limits, params = "", []
-    if postgres and limit_s is not None:
-        statement_ms, lock_ms = deadlines.database_timeouts_ms(limit_s)
-        limits = "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
-        params = [str(statement_ms), str(lock_ms)]
-    summed = "SELECT COALESCE(SUM(u.{0}), 0) FROM " + slots + " u WHERE u.extension_id = r.id"  # noqa: S608
-    columns = ", ".join(f"r.{connection.ops.quote_name(c)}" for c in _ROSTER_COLUMNS)
-    if usage:
-        columns += f", ({summed.format('records')}), ({summed.format('bytes')})"
-    sql = (
-        f"SELECT {limits}{columns} FROM {roster} r "  # noqa: S608
-        f"WHERE r.id IN ({', '.join(['%s'] * len(extension_ids))}) ORDER BY r.id"
-        + (" FOR SHARE OF r" if postgres and lock else "")
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *extension_ids])
-        found = cursor.fetchall()
-    skip = 2 if limits else 0
-    return [
-        RosterView(
-            id=values[skip],
-            status=values[skip + 1],
-            revision=values[skip + 2],
-            reason=values[skip + 3],
-            deadline_seconds=values[skip + 4],
-            admitted_grants=decode_json(values[skip + 5]) or [],
-            quotas=decode_json(values[skip + 6]) or {},
-            activation_epoch=values[skip + 7],
-            usage=(int(values[skip + 8]), int(values[skip + 9])) if usage else None,
-        )
-        for values in found
-    ]
-
-
-def decode_json(value: Any) -> Any:
-    """A JSON column read by a plain statement (SQLite returns its text)."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def _skip(row: RosterView | None, loaded: LoadedExtension, hook: str) -> FrameOutcome | None:
@@ -669,93 +377,6 @@ def hook_deadline(
     return min(max(limit, deadlines.MIN_DEADLINE_SECONDS), deadlines.MAX_DEADLINE_SECONDS)
 
 
-def _invoke(
-    frame: Frame,
-    ctx: HookContext,
-    call: Callable[[HookContext], Any],
-    validate: Callable[[Any], Any] | None,
-    failures: Failures,
-    retry_attempt: int,
-) -> tuple[Any, _Failure | None]:
-    """Call the hook with the frame current and the deadline armed; classify what happened."""
-    token = _current.set(frame)
-    try:
-        with deadlines.alarm(frame, frame.deadline_s):
-            result = call(ctx)
-            if inspect.isawaitable(result):
-                _discard(result)
-                return None, _Failure("stop", frame.hook, async_reason(frame.hook))
-            if validate is not None:
-                result = validate(result)
-    except BaseException as exc:
-        return None, _classify(frame, exc, failures, retry_attempt)
-    finally:
-        frame.open = False
-        _current.reset(token)
-    # The hook returned: a swallowed defect or store error, or a late return, still count.
-    if frame.defect is not None:
-        return None, _Failure("stop", frame.hook, f"{frame.hook} defect: {frame.defect}")
-    if frame.poisoned is not None:
-        poisoned = frame.poisoned
-        if isinstance(poisoned, DatabaseError) and not (
-            is_transient(poisoned) or is_statement_timeout(poisoned)
-        ):
-            # the hook swallowed a store failure; the transaction cannot commit
-            poisoned = StateError("unavailable", "Extension state is unavailable")
-        return None, _classify(frame, poisoned, "stop", retry_attempt)
-    if frame.elapsed() > frame.deadline_s:
-        return None, _deadline_failure(frame)
-    return result, None
-
-
-def _deadline_failure(frame: Frame, cause: BaseException | None = None) -> _Failure:
-    """The frame ran out of time: its own deadline stops the extension; an enclosing call's
-    (`Frame.enclosed`) is that call's to judge."""
-    kind: Literal["enclosing", "stop"] = "enclosing" if frame.enclosed else "stop"
-    return _Failure(kind, frame.hook, deadline_reason(frame.hook), cause=cause)
-
-
-def _classify(frame: Frame, exc: BaseException, failures: Failures, retry_attempt: int) -> _Failure:
-    hook = frame.hook
-    if isinstance(exc, PROCESS_EXIT):
-        # the host process is told to exit (gunicorn's worker timeout or a shutdown signal
-        # raise SystemExit mid-hook; Ctrl-C): not the extension's failure, never a stop. The
-        # frame rolls back as the exception leaves its transaction.
-        raise exc
-    if frame.defect is not None:
-        return _Failure("stop", hook, f"{hook} defect: {frame.defect}", cause=exc)
-    if deadlines.past_deadline(exc) or is_statement_timeout(exc):
-        return _deadline_failure(frame, exc)
-    # host trouble (a lock timeout, a deadlock, …) is retried, never a stop, even when it took
-    # the hook past its deadline (spec 02 §1): checked before the elapsed time
-    if isinstance(exc, HostTransient) or is_transient(exc):
-        return _Failure("transient", hook, exception_message(exc), cause=exc)
-    if frame.elapsed() > frame.deadline_s:
-        return _deadline_failure(frame, exc)
-    if isinstance(exc, FrameDefect | InvalidResult):
-        return _Failure("stop", hook, f"{hook} defect: {exception_message(exc)}", cause=exc)
-    if isinstance(exc, ExtensionStop):
-        return _Failure("stop", hook, exc.reason, cause=exc)
-    if isinstance(exc, Retry):
-        limit = retry_limit()
-        if retry_attempt >= limit:
-            return _Failure(
-                "stop", hook, f"{hook} defect: retried {limit} times: {exc.reason}", cause=exc
-            )
-        return _Failure("retry", hook, exc.reason, cause=exc, retry_after=exc.after_seconds)
-    if isinstance(exc, SdkError):
-        if failures == "return":
-            return _Failure("typed", hook, exc.message, cause=exc, error=exc)
-        return _Failure("stop", hook, reason_for(hook, exc), cause=exc)
-    return _Failure("stop", hook, reason_for(hook, exc), cause=exc)
-
-
-def _discard(awaitable: Any) -> None:
-    close = getattr(awaitable, "close", None)
-    if callable(close):
-        close()  # never awaited: no "coroutine was never awaited" warning, no side effects
-
-
 def _commit_bookkeeping(frame: Frame) -> None:
     usage_flush(frame=frame)
     touched = frozenset(frame.observed)
@@ -768,163 +389,3 @@ def _commit_bookkeeping(frame: Frame) -> None:
             listener(touched)
 
     transaction.on_commit(notify)
-
-
-# --- per-process activation ------------------------------------------------------------------
-
-_activation_lock = threading.Lock()
-_activated: dict[str, tuple[str, int]] = {}
-
-
-def _ensure_activated(
-    loaded: LoadedExtension,
-    row: RosterView,
-    grants: frozenset[str],
-    limit: float,
-    page: FramePage | None,
-) -> _Failure | None:
-    """Run the read-only `activate(ctx)` when this process first uses the extension, and again
-    after it sees a resume or a new revision (the roster's activation epoch moved)."""
-    key = (loaded.revision, row.activation_epoch)
-    with _activation_lock:
-        if _activated.get(loaded.id) == key:
-            return None
-    fn = loaded.definition.hooks.single.get("activate")
-    if fn is not None:
-        frame = Frame(
-            extension_id=loaded.id,
-            revision=loaded.revision,
-            hook="activation",
-            mode="read",
-            grants=grants,
-            quotas={},
-            deadline_s=limit,
-            page=page,
-        )
-        ctx = HookContext(loaded=loaded, hook="activation", grants=grants, frame=frame)
-        _, failure = _invoke(frame, ctx, fn, None, "stop", 0)
-        if failure is not None:
-            return failure
-    with _activation_lock:
-        _activated[loaded.id] = key
-    return None
-
-
-def activate_outside(
-    loaded: LoadedExtension, *, boundary: Boundary = "request", epoch: int | None = None
-) -> FrameOutcome | None:
-    """Run `activate` before the extension's code that runs outside any frame (routes, slash
-    commands, workers, notifiers) when this process has not run it at the roster's revision and
-    activation epoch yet (spec 02 §1). It runs as `run_frame` runs it (read-only, deadline-bound,
-    in a frame of its own that calls no hook), so a failing `activate` stops the extension with
-    hook `activation`, exactly as in a frame. `epoch`: the roster's activation epoch when the
-    caller has read it (else it is read here).
-
-    None when the extension is activated here; otherwise the frame's outcome: `stopped` (the
-    activation failed), or `skipped` (not runnable here now: stopped, another revision, …)."""
-    if "activate" not in loaded.definition.hooks.single:
-        return None  # nothing to run: no frame, no query
-    if epoch is None:
-        epoch = (
-            RosterEntry.objects.filter(pk=loaded.id)
-            .values_list("activation_epoch", flat=True)
-            .first()
-        )
-    if epoch is not None:
-        with _activation_lock:
-            if _activated.get(loaded.id) == (loaded.revision, epoch):
-                return None
-    outcome = run_frame(
-        extension_id=loaded.id,
-        hook="activation",
-        call=_no_hook,
-        mode="read",
-        boundary=boundary,
-    )
-    return None if outcome.ok else outcome
-
-
-def _no_hook(ctx: HookContext) -> None:
-    """The frame of `activate_outside` calls no hook: its work is the activation."""
-
-
-def forget_activations() -> None:
-    """A process restart, as far as activation goes (tests, the author harness)."""
-    with _activation_lock:
-        _activated.clear()
-
-
-# --- ctx.update / ctx.transact ----------------------------------------------------------------
-
-
-def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
-    """`ctx.update(fn)`: a state-only frame from outside a hook. Refused (StateError
-    unavailable) while the extension is stopped or this thread is already in a frame (updating,
-    transacting, projecting). Typed failures are raised as they are; a defect stops the
-    extension and raises `ExtensionStop`."""
-    if current_frame() is not None:
-        raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
-    outcome = run_frame(
-        extension_id=ctx.extension_id,
-        hook="update",
-        call=fn,
-        mode="state",
-        failures="return",
-        boundary=ctx._boundary,
-        caller=ctx.caller,
-    )
-    if outcome.status == "skipped":
-        raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
-    return _raise_or_value(outcome)
-
-
-def context_transact(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
-    """`ctx.transact(fn)`: a full frame from the extension's own code (route, worker, job).
-    A stopped extension's transact raises `ExtensionStop(reason)` at once. Its deadline is the
-    one of the boundary `ctx` was handed to (a route's: the request's), never past the deadline
-    of the call it runs in (`hook_deadline`); the same goes for `update`."""
-    if current_frame() is not None:
-        raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
-    outcome = run_frame(
-        extension_id=ctx.extension_id,
-        hook="transact",
-        call=fn,
-        mode="write",
-        failures="return",
-        boundary=ctx._boundary,
-        caller=ctx.caller,
-    )
-    if outcome.status == "skipped":
-        if outcome.skip == "stopped":
-            raise ExtensionStop(outcome.reason or "Extension is stopped")
-        raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
-    return _raise_or_value(outcome)
-
-
-def _raise_or_value(outcome: FrameOutcome) -> Any:
-    if outcome.status == "ok":
-        return outcome.value
-    if outcome.status == "failed" and outcome.error is not None:
-        raise outcome.error
-    if outcome.status == "retry":
-        raise Retry(outcome.retry_after or 1, outcome.reason)
-    raise ExtensionStop(outcome.reason)
-
-
-def detached_context(
-    *, extension_id: str, hook: str, caller: Caller | None = None, boundary: Boundary = "worker"
-) -> HookContext | None:
-    """A context for the extension's own code outside any hook (routes, workers, jobs): reads
-    work; writes go through `ctx.transact`/`ctx.update`, frames with the deadline of `boundary`
-    (a route or slash command passes "request"). None when not installed here."""
-    loaded = registry.get(extension_id)
-    grants = (
-        RosterEntry.objects.filter(pk=extension_id)
-        .values_list("admitted_grants", flat=True)
-        .first()
-    )
-    if loaded is None or grants is None:
-        return None
-    return HookContext(
-        loaded=loaded, hook=hook, grants=frozenset(grants), caller=caller, boundary=boundary
-    )

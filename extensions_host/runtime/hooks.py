@@ -17,7 +17,9 @@ from core.validation import first_validation_problem
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.context import HookContext
 from extensions_host.runtime.current import InvalidResult
-from extensions_host.runtime.frames import FrameOutcome, FramePage, run_frame
+from extensions_host.runtime.frames import run_frame
+from extensions_host.runtime.outcomes import FrameOutcome
+from extensions_host.runtime.pages import FramePage
 from extensions_host.sdk import Caller, CatalogEntry, Command
 
 MSG_OUTPUT_INVALID = "Extension command output is invalid"

@@ -18,8 +18,8 @@ from core.models import IdempotencyResult
 from core.validation import input_json_schema, model_from_json
 from extensions_host.contributions.outside import extension_available
 from extensions_host.registry import LoadedExtension
-from extensions_host.runtime.frames import FrameOutcome
 from extensions_host.runtime.hooks import command_hook_name, hook_command
+from extensions_host.runtime.outcomes import FrameOutcome
 from extensions_host.runtime.stops import extension_stop, redact_secrets
 from extensions_host.sdk import Caller, CatalogEntry, Command, Extension
 from extensions_host.services.errors import (

@@ -12,8 +12,10 @@ from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.deadlines import default_deadline
-from extensions_host.runtime.frames import FrameOutcome, FramePage, hook_deadline, run_page
+from extensions_host.runtime.frames import hook_deadline
 from extensions_host.runtime.hooks import hook_project
+from extensions_host.runtime.outcomes import FrameOutcome
+from extensions_host.runtime.pages import FramePage, run_page
 from extensions_host.runtime.stops import extension_stop, missing_handler_reason
 from extensions_host.services.commands import command_catalog
 from extensions_host.surfaces.selectors import attention_visible

@@ -22,7 +22,7 @@ from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry, RosterSyncLock
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
-from extensions_host.runtime.frames import decode_json
+from extensions_host.runtime.roster_rows import decode_json
 from extensions_host.runtime.stops import bounded_reason, extension_stop
 from extensions_host.runtime.transient import with_transient_retries
 from extensions_host.selectors import extension_id_usable

@@ -39,7 +39,7 @@ from extensions_host.background.services.timers import (
     timers_fire_page,
 )
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime import current_frame, frames
+from extensions_host.runtime import current_frame, pages
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
 
 from .conftest import in_frame, roster, settle_runs
@@ -59,7 +59,7 @@ class PageClock:
 @pytest.fixture
 def page_clock(monkeypatch: pytest.MonkeyPatch) -> PageClock:
     clock = PageClock()
-    monkeypatch.setattr(frames, "time", clock)
+    monkeypatch.setattr(pages, "time", clock)
     return clock
 
 

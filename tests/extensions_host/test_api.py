@@ -8,7 +8,7 @@ import pytest
 
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime import frames
+from extensions_host.runtime import pages
 from extensions_host.sdk import CatalogEntry
 
 from .conftest import fire_timer, roster
@@ -233,7 +233,7 @@ def test_projection_hooks_share_one_page_and_a_slot_without_time_left_is_not_sto
 ):
     settings.HOST_HOOK_DEADLINE_REQUEST_MS = 1_000  # the page has 2 s; each hook needs 1 s
     clock = PageClock()
-    monkeypatch.setattr(frames, "time", clock)
+    monkeypatch.setattr(pages, "time", clock)
     calls: list[str] = []
 
     def slow(ext_id: str) -> Any:
@@ -268,7 +268,7 @@ def test_a_projection_hook_with_a_deadline_longer_than_the_page_runs_first(
     # deadline, and it goes first so the others start with whatever time it leaves
     settings.HOST_HOOK_DEADLINE_REQUEST_MS = 1_000
     clock = PageClock()
-    monkeypatch.setattr(frames, "time", clock)
+    monkeypatch.setattr(pages, "time", clock)
     calls: list[str] = []
 
     def tracked(ext_id: str, takes: float) -> Any:

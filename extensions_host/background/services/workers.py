@@ -50,8 +50,9 @@ from extensions_host.background.services.notifications import job_failed_notify
 from extensions_host.runtime import detached_context, extension_stop
 from extensions_host.runtime.crashes import crashed_reason, delivery_counted
 from extensions_host.runtime.current import PROCESS_EXIT
-from extensions_host.runtime.frames import activate_outside, hook_deadline, roster_view
-from extensions_host.runtime.outside import bounded, outside_reason
+from extensions_host.runtime.frames import hook_deadline
+from extensions_host.runtime.outside import activate_outside, bounded, outside_reason
+from extensions_host.runtime.roster_rows import roster_view
 from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
 
