@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
@@ -28,9 +28,18 @@ from core.db import BIGINT_MAX
 from core.errors import MSG_FORBIDDEN, HostError
 from core.validation import decimal_number
 
+if TYPE_CHECKING:
+    from extensions_host.background.services.reader import (
+        ConversationReader,
+        EntryPage,
+        EntryRecord,
+    )
+
 MSG_CONVERSATION_NOT_FOUND = "Conversation not found"
 MSG_RUN_NOT_FOUND = "Run not found"
+MSG_NOTHING_TO_READ = "This event has no conversation to read"
 SETTLED_BATCH_MAX = 1000
+ENTRIES_PAGE_MAX = 64  # a handler's page of transcript entries (spec 03: limit ≤ 64)
 
 
 def conversation_access(*, principal: Principal, conversation: Conversation) -> Access:
@@ -136,6 +145,43 @@ def entries_of(*, conversation_id: str) -> QuerySet[Entry]:
     return Entry.objects.filter(conversation_id=conversation_id)
 
 
+def fork_copy_of(*, conversation_id: str, entry_id: int) -> int | None:
+    """In a fork, the id of its copy of an ancestor's entry `entry_id` up to the fork point
+    (spec 03: a fork sees its parent's entries up to the fork point); None when the conversation
+    is no fork, or `entry_id` is no entry of an ancestor it sees.
+
+    A fork's transcript starts with copies of its parent's entries up to and including
+    `forked_at_entry`, in order, with new ids (`conversation_fork`): the copy of the parent's
+    n-th entry is the fork's n-th. A fork of a fork resolves through each level. Entry ids are
+    global and a fork's own entries come after its fork point, so an id above the fork point is
+    never an ancestor's entry the fork sees. A few statements per level, only when called."""
+    levels: list[tuple[str, str, int]] = []  # (fork, its parent, fork point), from here up
+    current = conversation_id
+    while True:
+        fork = (
+            Conversation.objects.filter(pk=current)
+            .values_list("parent_id", "forked_at_entry")
+            .first()
+        )
+        if fork is None or fork[0] is None or fork[1] is None or entry_id > fork[1]:
+            return None
+        levels.append((current, fork[0], fork[1]))
+        current = fork[0]
+        if Entry.objects.filter(conversation_id=current, pk=entry_id).exists():
+            break
+    found = entry_id
+    for child, parent, at in reversed(levels):
+        if found > at:
+            return None  # the parent's entry came after this fork's point
+        position = Entry.objects.filter(conversation_id=parent, pk__lte=found).count()
+        copies = Entry.objects.filter(conversation_id=child).order_by("pk")
+        copy = copies.values_list("pk", flat=True)[position - 1 : position].first()
+        if copy is None:
+            return None
+        found = copy
+    return found
+
+
 def run_get(*, principal: Principal, run_id: int) -> Run:
     """A run for a reader of its conversation (admins and the service principal read any);
     404 otherwise, as for a missing run."""
@@ -179,10 +225,43 @@ def entry_text(content: Any) -> str:
     )
 
 
+class ConversationReads:
+    """The read API a handler gets over the conversation an event is about (spec 03):
+    `entry(id)`, `entries(query, limit, after)` (fork-aware), `document(name)`, through the
+    `reader` the host binds when it delivers the event to a handler (an
+    `extensions_host.background.services.reader.ConversationReader`: no statement until a
+    read is called)."""
+
+    reader: ConversationReader | None
+
+    def _read(self) -> ConversationReader:
+        if self.reader is None:
+            from extensions_host.sdk import StateError
+
+            raise StateError("unavailable", MSG_NOTHING_TO_READ)
+        return self.reader
+
+    def entry(self, entry_id: int) -> EntryRecord | None:
+        return self._read().entry(entry_id)
+
+    def entries(
+        self,
+        query: dict[str, Any] | None = None,
+        limit: int = ENTRIES_PAGE_MAX,
+        after: int | None = None,
+    ) -> EntryPage:
+        return self._read().entries(query, limit, after)
+
+    def document(self, name: str) -> Any:
+        return self._read().document(name)
+
+
 @dataclass(frozen=True)
-class RunSettledEvent:
+class RunSettledEvent(ConversationReads):
     """What settled-run consumers receive (spec 01). `input_texts` is position-paired with
-    `inputs`: a withdrawn or unresolvable input contributes ""."""
+    `inputs`: a withdrawn or unresolvable input contributes "". Delivered to `on_settled`, it
+    reads its conversation too (`run.entry(id)`, `run.entries(…)`, `run.document(name)`,
+    `ConversationReads`)."""
 
     sequence: int
     conversation_id: str
@@ -190,6 +269,7 @@ class RunSettledEvent:
     inputs: tuple[int, ...]
     input_texts: tuple[str, ...]
     outcome: dict[str, Any]
+    reader: ConversationReader | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -171,7 +171,8 @@ class SubmissionSerializer(serializers.Serializer):
             "kind": submission.origin_kind,
             "user": submission.origin_user_id if user else None,
             "extension_id": None if user else submission.origin_extension_id,
-            "correlation": None if user else submission.correlation,
+            # the column keeps "" for "no correlation"; the wire says null (as the seed does)
+            "correlation": None if user else submission.correlation or None,
         }
 
 

@@ -33,6 +33,7 @@ from extensions_host.services.recovery import auto_resume_next_at
 logger = logging.getLogger("extensions_host.stops")
 
 REASON_MAX = 512
+CAUSE_MAX = 8000  # the logged cause keeps its last characters (the innermost frames, the error)
 REDACTED = "[redacted]"
 SECRET_MIN_CHARS = 4  # a shorter secret value is not redacted (it would match ordinary text)
 
@@ -252,7 +253,9 @@ def _cause_text(cause: BaseException | None, extension_id: str) -> str | None:
     if cause is None:
         return None
     text = "".join(traceback.format_exception(cause))
-    return redact(text[-8000:], extension_id)
+    # redact the whole text before cutting it: a cut first could split a secret, leaving its
+    # tail unmatched and in clear
+    return redact(text, extension_id)[-CAUSE_MAX:]
 
 
 def _log(

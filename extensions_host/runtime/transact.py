@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from extensions_host import registry
 from extensions_host.models import RosterEntry
-from extensions_host.runtime.context import HookContext
+from extensions_host.runtime.context import HookContext, require_grant
 from extensions_host.runtime.current import Boundary, current_frame
 from extensions_host.runtime.frames import run_frame
 from extensions_host.runtime.outcomes import FrameOutcome
@@ -23,10 +23,12 @@ MSG_TRANSACT_UNAVAILABLE = "Extension transaction is unavailable"
 def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
     """`ctx.update(fn)`: a state-only frame from outside a hook. Refused (StateError
     unavailable) while the extension is stopped or this thread is already in a frame (updating,
-    transacting, projecting). Typed failures are raised as they are; a defect stops the
-    extension and raises `ExtensionStop`."""
+    transacting, projecting), and without the `state` grant (`AdmissionError(closed)`, as every
+    grant-gated call). Typed failures are raised as they are; a defect stops the extension and
+    raises `ExtensionStop`."""
     if current_frame() is not None:
         raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
+    require_grant(ctx, "state")
     outcome = run_frame(
         extension_id=ctx.extension_id,
         hook="update",
@@ -43,9 +45,11 @@ def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
 
 def context_transact(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
     """`ctx.transact(fn)`: a full frame from the extension's own code (route, worker, job).
-    A stopped extension's transact raises `ExtensionStop(reason)` at once. Its deadline is the
-    one of the boundary `ctx` was handed to (a route's: the request's), never past the deadline
-    of the call it runs in (`hook_deadline`); the same goes for `update`."""
+    It needs no grant of its own: each capability used in it checks its own (records and
+    documents `state`, timers `timers`, …). A stopped extension's transact raises
+    `ExtensionStop(reason)` at once. Its deadline is the one of the boundary `ctx` was handed
+    to (a route's: the request's), never past the deadline of the call it runs in
+    (`hook_deadline`); the same goes for `update`."""
     if current_frame() is not None:
         raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
     outcome = run_frame(

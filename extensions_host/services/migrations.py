@@ -16,6 +16,7 @@ from core.errors import bound_text
 from core.validation import first_validation_problem
 from extensions_host.models import ExtensionRecord, MigrationStaging, RosterEntry
 from extensions_host.registry import LoadedExtension
+from extensions_host.runtime.stops import REASON_MAX, redact
 from extensions_host.sdk import MAX_RECORD_BYTES, Extension, StateError
 from extensions_host.services.quotas import usage_recount
 from extensions_host.services.records import check_key
@@ -115,24 +116,24 @@ def _staged(definition: Extension, item: Any) -> MigrationStaging:
     if spec is None:
         raise MigrationFailed(f"a migrated record names an undeclared collection {collection!r}")
     key = _checked_key(key, f"a migrated {collection} record key")
+    quoted = _quoted(definition.id, repr(key), KEY_IN_REASON_MAX)
     try:
         instance = spec.model.model_validate(item["value"])
         encoded = instance.model_dump_json()
         index = spec.index(instance) if spec.index is not None else None
     except ValidationError as exc:
         raise MigrationFailed(
-            f"a migrated {collection} record {_key_text(key)} is invalid: "
-            f"{first_validation_problem(exc, max_chars=PROBLEM_IN_REASON_MAX)}"
+            f"a migrated {collection} record {quoted} is invalid: "
+            f"{_quoted(definition.id, first_validation_problem(exc, max_chars=REASON_MAX))}"
         ) from exc
     except PydanticSerializationError as exc:  # e.g. a lone surrogate: no JSON encoding
         raise MigrationFailed(
-            f"a migrated {collection} record {_key_text(key)} is invalid: "
-            f"{bound_text(str(exc), PROBLEM_IN_REASON_MAX)}"
+            f"a migrated {collection} record {quoted} is invalid: "
+            f"{_quoted(definition.id, str(exc))}"
         ) from exc
     except Exception as exc:  # the extension's index function
         raise MigrationFailed(
-            f"a migrated {collection} record {_key_text(key)} has no valid index: "
-            f"{_exception_text(exc)}"
+            f"a migrated {collection} record {quoted} has no valid index: {_exception_text(exc)}"
         ) from exc
     if index is not None:
         index = _checked_key(index, f"a migrated {collection} record index")
@@ -149,10 +150,11 @@ def _staged(definition: Extension, item: Any) -> MigrationStaging:
     )
 
 
-def _key_text(key: str) -> str:
-    """A record key as a reason quotes it: repr'd (so spaces and quotes read unambiguously),
-    cut so that the reason keeps room for the field and the problem (a key may be 256 chars)."""
-    return bound_text(repr(key), KEY_IN_REASON_MAX)
+def _quoted(extension_id: str, text: str, limit: int = PROBLEM_IN_REASON_MAX) -> str:
+    """A part of a stop reason (a key repr'd, so spaces and quotes read unambiguously; a
+    problem), cut so that the reason keeps room for the rest (a key may be 256 chars). Redacted
+    before it is cut: a secret cut in two would no longer be recognised whole."""
+    return bound_text(redact(text, extension_id), limit)
 
 
 def _exception_text(exc: BaseException) -> str:

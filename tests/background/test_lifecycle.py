@@ -237,6 +237,57 @@ def test_the_read_api_gives_entries_fork_aware_bounded_pages_and_documents(
     assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
+def test_a_forks_reader_takes_its_ancestors_entry_ids_up_to_the_fork_point_for_their_copies(
+    install, principal, sent
+):
+    """`conversation_forked`'s `at` is the parent's entry id; the handler reads the child, whose
+    copies have new ids. The child's reader resolves it (and any ancestor's id up to the fork
+    point, through a fork of a fork) to its copy; an entry after the fork point stays unseen."""
+    seen: dict[str, dict[str, Any]] = {}
+
+    def text(record: Any) -> str | None:
+        return None if record is None else record.content[0]["text"]
+
+    def on_forked(ctx: Any, event: Any) -> None:
+        point = event.entry(event["at"])
+        seen[event["child_id"]] = {
+            "at": (text(point), point.id != event["at"]),
+            "after": [text(e) for e in event.entries(after=event["at"]).entries],
+            "a": text(event.entry(parent[0])),
+            "c": text(event.entry(parent[2])),
+            "d": text(event.entry(parent[3])),
+            "after_c": [text(e) for e in event.entries(after=parent[2]).entries],
+        }
+
+    install(make_ext("alpha", lifecycle={"conversation_forked": on_forked}))
+    parent = make_conversation(principal, "parent", ("a", "b", "c", "d"))
+    conversation_fork(principal=principal, conversation_id="parent", at=parent[2], child_id="kid")
+    kid_e = submission_submit(
+        principal=principal, conversation_id="kid", parts=[{"type": "text", "text": "e"}]
+    ).submission.entry.pk
+    conversation_fork(principal=principal, conversation_id="kid", at=kid_e, child_id="grandkid")
+
+    deliver("alpha")
+
+    assert seen["kid"] == {
+        "at": ("c", True),  # the kid's own copy of the fork point
+        "after": ["e"],  # what the kid got since its fork (delivered after "e" was added)
+        "a": "a",
+        "c": "c",
+        "d": None,  # the parent's entry after the fork point is not the kid's
+        "after_c": ["e"],
+    }
+    assert seen["grandkid"] == {
+        "at": ("e", True),
+        "after": [],
+        "a": "a",  # the grandparent's ids resolve through the kid
+        "c": "c",
+        "d": None,
+        "after_c": ["e"],
+    }
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
 def test_delivered_events_are_pruned_after_an_hour_undelivered_ones_are_kept(
     install, sent, fake_clock
 ):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
 from conversations.selectors import RunSettledEvent
 from core import clock
 from extensions_host.background.models import SettledCursor
@@ -21,7 +24,7 @@ from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.sdk import Retry
 
 from .conftest import resume, roster, settle_runs
-from .exts import Effect, make_ext
+from .exts import Effect, Pad, make_ext
 
 
 def effects(extension_id: str) -> set[str]:
@@ -100,6 +103,53 @@ def test_each_event_carries_its_inputs_texts_and_outcome(install, conversation):
     assert event.conversation_id == "c1"
     assert event.input_texts == ("hello 0",)
     assert event.outcome == {"status": "unanswered", "reason": "done"}
+
+
+def test_each_delivered_run_reads_its_own_conversation_like_a_lifecycle_event(
+    install, conversation
+):
+    seen: list[tuple[str, list[str], bool, Pad]] = []
+
+    def consume(ctx: Any, runs: list[RunSettledEvent]) -> None:
+        for run in runs:
+            page = run.entries(limit=64)
+            first = run.entry(page.entries[0].id)
+            texts = [entry.content[0]["text"] for entry in page.entries]
+            seen.append((run.conversation_id, texts, first == page.entries[0], run.document("pad")))
+
+    install(make_ext("alpha", on_settled=consume))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    conversation("c2")
+    settle_runs("c1", 1, text="one")
+    settle_runs("c2", 1, text="two")
+
+    settled_deliver_all(extension_id="alpha")
+
+    assert seen == [("c1", ["one 0"], True, Pad()), ("c2", ["two 0"], True, Pad())]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_delivery_runs_no_statement_per_run_for_a_handler_that_reads_nothing(
+    install, conversation
+):
+    install(
+        make_ext("alpha", on_settled=lambda ctx, runs: None),
+        make_ext("beta", on_settled=lambda ctx, runs: None),
+    )
+    settled_cursor_initialise(extension_id="beta")
+    conversation("c1")
+    settle_runs("c1", 28)
+    settled_cursor_initialise(extension_id="alpha")
+    settle_runs("c1", 2)
+
+    with CaptureQueriesContext(connection) as two_runs:
+        settled_deliver(extension_id="alpha")
+    with CaptureQueriesContext(connection) as thirty_runs:
+        settled_deliver(extension_id="beta")
+
+    assert settled_lag(extension_id="alpha")["lag"] == settled_lag(extension_id="beta")["lag"] == 0
+    assert len(thirty_runs) == len(two_runs)
 
 
 def test_a_failing_consumer_stops_with_its_cursor_unmoved_and_replays_exactly_after_resume(

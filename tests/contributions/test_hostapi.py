@@ -10,13 +10,21 @@ from django.core.cache import cache
 from django.db import connection
 from django.db.models import F
 
-from conversations.models import Conversation, Submission
+from conversations.models import Conversation, Run, Submission
+from core import clock
 from core.models import AuditEntry, LifecycleEvent
 from extensions_host.contributions.services import hostapi
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import deadlines, detached_context, extension_stop
 from extensions_host.runtime.current import Frame
-from extensions_host.sdk import AdmissionError, Extension, ExtensionStop, Route, StateError
+from extensions_host.sdk import (
+    AdmissionError,
+    Extension,
+    ExtensionStop,
+    NotReady,
+    Route,
+    StateError,
+)
 from extensions_host.surfaces.models import AmbientSurface, Interaction
 from extensions_host.surfaces.selectors import ambient_visible
 
@@ -116,6 +124,25 @@ def test_submit_admits_like_the_api_as_the_owner_by_default(install, owner, memb
     assert closed.value.kind == "closed"
     with pytest.raises(AdmissionError, match="Conversation not found"):
         host.conversations.submit("missing", "x")
+
+
+def test_submit_rejecting_on_a_busy_conversation_is_not_ready_inside_and_outside_a_frame(
+    install, conversation
+):
+    install(make_host_ext("bridge", grants=ALL))
+    conversation("c1")
+    Run.objects.create(
+        conversation_id="c1", status="claimed", claimed_at=clock.now(), lease_expires_at=clock.now()
+    )
+    ctx = ctx_of("bridge")
+
+    outside = ctx.host.conversations.submit("c1", "hi", when_busy="reject")
+    inside = ctx.transact(lambda ctx: ctx.host.conversations.submit("c1", "hi", when_busy="reject"))
+
+    assert outside == inside == NotReady()
+    assert not Submission.objects.exists()
+    queued = ctx.host.conversations.submit("c1", "hi")  # the default queues it for the next run
+    assert queued["status"] == "queued"
 
 
 def test_create_and_submit_are_bounded_by_the_per_extension_rate(install, settings, owner):

@@ -91,3 +91,35 @@ def test_a_command_making_a_call_without_its_grant_answers_409(
         MSG_NOT_GRANTED.format(grant=grant),
     )
     assert roster("bare").status == ExtensionStatus.RUNNING
+
+
+def test_update_without_the_state_grant_is_refused_as_closed_before_any_frame(install):
+    from extensions_host.runtime import detached_context
+
+    install(bare())
+    ctx = detached_context(extension_id="bare", hook="route")
+    ran: list[bool] = []
+
+    with pytest.raises(AdmissionError) as raised:
+        ctx.update(lambda state: ran.append(True))
+
+    assert (raised.value.kind, raised.value.message) == (
+        "closed",
+        MSG_NOT_GRANTED.format(grant="state"),
+    )
+    assert ran == []
+    assert roster("bare").status == ExtensionStatus.RUNNING
+
+
+def test_transact_needs_no_grant_of_its_own_and_each_capability_in_it_checks_its_own(install):
+    from extensions_host.runtime import detached_context
+
+    install(bare())
+    ctx = detached_context(extension_id="bare", hook="route")
+
+    assert ctx.transact(lambda frame: "ran") == "ran"
+    with pytest.raises(AdmissionError) as raised:
+        ctx.transact(lambda frame: frame.collection("item").get("k"))
+
+    assert raised.value.message == MSG_NOT_GRANTED.format(grant="state")
+    assert roster("bare").status == ExtensionStatus.RUNNING

@@ -135,6 +135,28 @@ def test_attention_on_a_missing_conversation_is_a_bound_error(install, conversat
     assert outcome.value.kind == "bound"
 
 
+@pytest.mark.parametrize("call", ["set", "clear"])
+def test_a_malformed_conversation_id_is_a_bound_error_for_set_and_clear(
+    install, conversation, call
+):
+    install(watcher())
+    write = {
+        "set": lambda ctx: ctx.attention.set("bad id!", item()),
+        "clear": lambda ctx: ctx.attention.clear("bad id!", "i1"),
+    }[call]
+
+    outcome = in_frame("watch", captured(write))
+
+    assert isinstance(outcome.value, StateError)
+    assert (outcome.value.kind, outcome.value.message) == ("bound", "Conversation id is invalid")
+
+
+def test_clearing_on_a_well_formed_id_of_no_conversation_finds_nothing(install):
+    install(watcher())
+
+    assert in_frame("watch", lambda ctx: ctx.attention.clear("nope", "i1")).value is False
+
+
 def test_the_1025th_item_is_a_bound_error_and_nothing_is_written(install, conversation):
     install(watcher())
     conversation("c1")

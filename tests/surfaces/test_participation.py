@@ -131,6 +131,39 @@ def test_a_prompt_section_rule_violation_stops_the_extension_and_a_second_claim_
     assert capture["prompt_sections"] == [{"name": "alpha.ok", "text": "Fine."}]
 
 
+def test_a_section_with_extra_keys_is_accepted_and_the_runtime_gets_only_name_and_text(
+    install, ready, runtime
+):
+    def prompt(ctx: Any, run: Any) -> list[dict[str, Any]]:
+        return [{"name": "tone", "text": "Be brief.", "priority": 1, "meta": {"a": "b"}}]
+
+    install(prompter("alpha", prompt))
+
+    response = claim(runtime)
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["capture"]["prompt_sections"] == [
+        {"name": "alpha.tone", "text": "Be brief."}
+    ]
+    assert roster("alpha").status == ExtensionStatus.RUNNING
+
+
+def test_a_secret_in_an_invalid_section_name_never_reaches_the_stop_reason_in_part(
+    install, ready, runtime, monkeypatch
+):
+    from extensions_host.runtime import stops
+
+    secret = "sk-live-IN-A-SECTION-NAME-0123456789"
+    monkeypatch.setattr(stops, "secret_sources", [lambda ext_id: [secret]])
+    install(prompter("bad", sections(("X" * 70 + secret, "x"))))
+
+    assert claim(runtime).status_code == 422
+
+    reason = roster("bad").reason
+    assert reason.endswith("a section name is longer than 64 characters")
+    assert secret[:8] not in reason
+
+
 def test_a_section_of_exactly_8192_bytes_and_16_sections_are_accepted(install, ready, runtime):
     pairs = [("big", "x" * 8192)] + [(f"s{n:02}", "y") for n in range(15)]
     install(prompter("alpha", sections(*pairs)))
@@ -401,9 +434,11 @@ def test_an_extension_in_runs_whose_migration_failed_is_reported_as_incompatible
     ("value", "problem"),
     [
         ("not a list", "the result is not a list of sections"),
-        ([{"name": "a", "text": "x", "extra": 1}], "a section is not exactly {name, text}"),
+        ([{"name": "a"}], "a section has no {name, text}"),
         ([{"name": "a", "text": "nul\x00"}], "section a is not valid text"),
-        ([("a", "x")], "a section is not exactly {name, text}"),
+        ([("a", "x")], "a section has no {name, text}"),
+        ([{"name": 5, "text": "x"}], "a section name is not a string but int"),
+        ([{"name": "a" * 65, "text": "x"}], "a section name is longer than 64 characters"),
     ],
 )
 def test_section_shapes_the_rules_do_not_list_are_invalid_too(value, problem):

@@ -43,6 +43,29 @@ def test_a_send_admits_a_submission_with_the_extension_as_origin(install, conver
     assert submission.entry.content == [{"type": "text", "text": "Reminder: tea"}]
 
 
+@pytest.mark.parametrize(("correlation", "shown"), [(None, None), ("reminder:7", "reminder:7")])
+def test_the_runs_input_origin_shows_the_correlation_or_null_without_one(
+    install, conversation, runtime, correlation, shown
+):
+    from drf_spectacular.generators import SchemaGenerator
+
+    install(sender())
+    conversation("c1")
+    assert in_frame("rem", send(correlation=correlation)).ok
+    run_id = runtime.post("/v1/conversations/c1/runs", {}, format="json").json()["id"]
+
+    run = runtime.get(f"/v1/runs/{run_id}").json()
+
+    assert run["inputs"][0]["origin"] == {
+        "kind": "extension",
+        "user": None,
+        "extension_id": "rem",
+        "correlation": shown,
+    }
+    schemas = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+    assert schemas["Origin"]["properties"]["correlation"]["nullable"] is True
+
+
 def test_the_echo_runtime_answers_an_extension_sent_prompt_like_a_user_one(
     install, conversation, settings
 ):

@@ -5,12 +5,13 @@
 - Each consumer has a cursor row. A delivery is a page (one transaction, group commit) of up to
   `frames` frames: the cursor row is locked (`FOR UPDATE SKIP LOCKED`: one deliverer per
   consumer at a time, others go on), the runs with `sequence > cursor` are read once, in order,
-  and handed to `on_settled(ctx, runs)` a batch per frame; the cursor advances to the last run
-  of the last frame that succeeded **in the same transaction**. A failure stops that consumer
-  with its cursor after the last batch it took; after resume it receives exactly what it
-  missed. The page is optimistic (no savepoint per frame; a failure runs it again isolated).
-  Each batch has the hook's whole deadline; a batch the page has no time left for (its
-  budget, `page_budget`) is delivered by the next page, from the advanced cursor.
+  and handed to `on_settled(ctx, runs)` a batch per frame (each run with the read API over its
+  conversation, `run.entry/entries/document`); the cursor advances to the last run of the last
+  frame that succeeded **in the same transaction**. A failure stops that consumer with its
+  cursor after the last batch it took; after resume it receives exactly what it missed. The
+  page is optimistic (no savepoint per frame; a failure runs it again isolated). Each batch
+  has the hook's whole deadline; a batch the page has no time left for (its budget,
+  `page_budget`) is delivered by the next page, from the advanced cursor.
 - Consumers are independent: each has its own task and its own row; a stopped or slow one
   never delays another.
 - Triggers: after each settle commits (`settled_notify`) and on every beat tick
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,7 @@ from extensions_host.background.services.common import (
     logger,
     page_with_retries,
 )
+from extensions_host.background.services.reader import ConversationReader
 from extensions_host.runtime import FramePage, HookContext, missing_handler_reason, run_frame
 from extensions_host.sdk import ExtensionStop
 
@@ -187,7 +189,11 @@ def _cursor_claim(extension_id: str) -> tuple[int, int | None, int] | None:
 def _deliver(hook: Any, ctx: HookContext, runs: list[RunSettledEvent]) -> Any:
     if hook is None:
         raise ExtensionStop(missing_handler_reason("settled"))
-    return hook(ctx, list(runs))
+    # each run reads its conversation as lifecycle events do (the seed's runSettled handler
+    # gets entry/entries/document): binding a reader runs no statement, only a read does
+    return hook(
+        ctx, [replace(run, reader=ConversationReader(ctx, run.conversation_id)) for run in runs]
+    )
 
 
 def settled_deliver_all(*, extension_id: str, budget_s: float | None = None) -> bool:

@@ -29,6 +29,7 @@ from conversations import selectors as conversation_selectors
 from conversations.models import Conversation, Sharing
 from conversations.serializers import ConversationSerializer, SubmissionSerializer
 from conversations.services import (
+    ConversationBusy,
     Origin,
     conversation_create,
     conversation_ensure,
@@ -41,7 +42,8 @@ from core.errors import HostError
 from core.services import audit_record
 from core.validation import text_problem
 from extensions_host.runtime import current_frame, deadlines
-from extensions_host.sdk import AdmissionError, Caller, StateError
+from extensions_host.runtime.context import not_granted
+from extensions_host.sdk import AdmissionError, Caller, NotReady, StateError
 from extensions_host.services.roster import extension_user, service_source, service_username
 
 if TYPE_CHECKING:
@@ -53,10 +55,6 @@ MSG_LIST_LIMIT = "List limit must be 1..1000"
 MSG_TIMEOUT = "watch timeout must be in (0, 300] seconds"
 WATCH_MAX_SECONDS = 300.0
 LIST_MAX = 1000
-
-
-def not_granted(grant: str) -> AdmissionError:
-    return AdmissionError("closed", f"Extension is not granted {grant}")
 
 
 def _admission(exc: HostError) -> AdmissionError:
@@ -173,9 +171,12 @@ class HostConversations(_Area):
         user: str | None = None,
         request_id: str | None = None,
         when_busy: str = "queue",
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | NotReady:
         """Submit input as `user` (default: the conversation's owner), like `POST
-        /v1/conversations/{id}/submissions`; returns the submission (with `idempotent`)."""
+        /v1/conversations/{id}/submissions`; returns the submission (with `idempotent`), or
+        `NotReady()` when the conversation is busy and `when_busy="reject"`: nothing was
+        admitted, try again later (the API's 409 "Conversation is busy"; `ctx.send` answers the
+        same), unlike a request id reused with different content (`AdmissionError(conflict)`)."""
         self._require("send")
         if isinstance(parts, str):
             parts = [{"type": "text", "text": parts}]
@@ -200,6 +201,8 @@ class HostConversations(_Area):
                     request_id=request_id,
                     when_busy=when_busy,
                 )
+        except ConversationBusy:
+            return NotReady()
         except HostError as exc:
             raise _admission(exc) from exc
         self._audit(

@@ -13,6 +13,7 @@ from core import clock
 from extensions_host.models import RosterEntry
 from extensions_host.runtime.current import Frame
 from extensions_host.sdk import StateError
+from extensions_host.services.documents import check_conversation_id
 from extensions_host.services.quotas import quota_limit
 from extensions_host.surfaces.models import LEVEL_RANK, AmbientSurface, AttentionItem
 from extensions_host.surfaces.services.common import (
@@ -41,9 +42,9 @@ def attention_set(*, frame: Frame, conversation_id: str, item: Any) -> None:
     """Insert or replace the extension's item `item.id` on the conversation.
 
     Every bound is checked before anything is written: the schema (unknown fields are errors),
-    storable text, the conversation existing, and at most `max_attention` (1,024) outstanding
-    items per extension across all conversations (a replacement does not count twice; reviving
-    an expired item counts like a new one).
+    storable text, a well-formed conversation id naming an existing conversation, and at most
+    `max_attention` (1,024) outstanding items per extension across all conversations (a
+    replacement does not count twice; reviving an expired item counts like a new one).
 
     The count is the committed items plus the frame's own: frames of one extension running at
     the same time may together go past the bound by what each of them sets — the bounded
@@ -51,6 +52,7 @@ def attention_set(*, frame: Frame, conversation_id: str, item: Any) -> None:
     extension's frames.
     """
     spec = _item(item)
+    check_conversation_id(conversation_id)
     if not conversation_exists(conversation_id):
         raise StateError("bound", MSG_CONVERSATION_MISSING)
     extension_id = frame.extension_id
@@ -98,7 +100,10 @@ def _expired(row: AttentionItem, now: int) -> bool:
 
 
 def attention_clear(*, frame: Frame, conversation_id: str, item_id: Any) -> bool:
-    """Remove the extension's item; True when it existed."""
+    """Remove the extension's item; True when it existed. A malformed conversation id is a
+    bound error, as in `attention_set` (a well-formed one that names no conversation has no
+    item: False)."""
+    check_conversation_id(conversation_id)
     if not isinstance(item_id, str) or not 1 <= len(item_id) <= 256 or not text_storable(item_id):
         raise StateError("bound", MSG_ID_INVALID)
     deleted, _ = AttentionItem.objects.filter(

@@ -52,6 +52,7 @@ from extensions_host.surfaces.types import FileRef, RunInfo, ToolModule
 RUN_GRANTS = frozenset({"run_tools", "files", "prompt", "compaction_handoff"})
 
 SECTION_NAME = re.compile(r"\A[a-z][A-Za-z0-9_-]{0,63}\Z")
+SECTION_NAME_MAX = 64  # characters: what the pattern admits
 SECTION_TEXT_MAX_BYTES = 8192
 SECTIONS_PER_EXTENSION = 16
 SECTIONS_TOTAL_BYTES = 65536
@@ -238,8 +239,8 @@ def _prompt_sections(captured: list[Participant], info: RunInfo) -> list[dict[st
 
 def prompt_sections_check(value: Any) -> tuple[list[dict[str, str]], str | None]:
     """The sections one extension returned, or the first rule they break (spec 04): a list of
-    `{name, text}`; name `^[a-z][A-Za-z0-9_-]{0,63}$`; text non-empty and at most 8,192 UTF-8
-    bytes; at most 16 sections; names unique."""
+    `{name, text}` (other keys ignored); name `^[a-z][A-Za-z0-9_-]{0,63}$`; text non-empty and
+    at most 8,192 UTF-8 bytes; at most 16 sections; names unique."""
     if not isinstance(value, list | tuple):
         return [], "the result is not a list of sections"
     if len(value) > SECTIONS_PER_EXTENSION:
@@ -247,11 +248,13 @@ def prompt_sections_check(value: Any) -> tuple[list[dict[str, str]], str | None]
     result: list[dict[str, str]] = []
     for item in value:
         data = item.model_dump() if isinstance(item, BaseModel) else item
-        if not isinstance(data, dict) or set(data) != {"name", "text"}:
-            return [], "a section is not exactly {name, text}"
+        # other keys are ignored, as the seed's decoder does (only attention items and command
+        # input refuse extra properties)
+        if not isinstance(data, dict) or not {"name", "text"} <= data.keys():
+            return [], "a section has no {name, text}"
         name, text = data["name"], data["text"]
         if not isinstance(name, str) or SECTION_NAME.match(name) is None:
-            return [], f"section name {str(name)[:80]!r} does not match {SECTION_NAME.pattern}"
+            return [], _name_problem(name)
         if not isinstance(text, str) or not text:
             return [], f"section {name} has no text"
         try:
@@ -267,6 +270,16 @@ def prompt_sections_check(value: Any) -> tuple[list[dict[str, str]], str | None]
     if len(set(names)) != len(names):
         return [], "section names are not unique"
     return result, None
+
+
+def _name_problem(name: Any) -> str:
+    """Why `name` is no section name. A name is quoted only whole (never cut): the stop reason
+    is redacted of the extension's secrets after, and a cut could leave a secret's head."""
+    if isinstance(name, str) and len(name) <= SECTION_NAME_MAX:
+        return f"section name {name!r} does not match {SECTION_NAME.pattern}"
+    if isinstance(name, str):
+        return f"a section name is longer than {SECTION_NAME_MAX} characters"
+    return f"a section name is not a string but {type(name).__name__}"
 
 
 # --- tool modules -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from conversations.services import (
 )
 from core import clock
 from core.errors import HostError
+from extensions_host.runtime.context import not_granted
 from extensions_host.sdk import AdmissionError
 from extensions_host.services.roster import extension_user, service_source
 from extensions_host.surfaces.rates import parse_rate
@@ -35,7 +36,6 @@ from extensions_host.surfaces.types import (
     Prompt,
 )
 
-MSG_NOT_GRANTED = "Extension is not granted send"
 MSG_THROTTLED = "Extension send rate is exceeded"
 MSG_PROMPT_INVALID = "Extension prompt to send is invalid"
 MSG_WHEN_INVALID = "Send instant must be epoch milliseconds"
@@ -90,7 +90,7 @@ def send_admit(
     throttled.
     """
     if "send" not in grants:
-        raise AdmissionError("closed", MSG_NOT_GRANTED)
+        raise not_granted("send")
     checked = _prompt(prompt)
     if when is not None and (
         isinstance(when, bool) or not isinstance(when, int) or not 0 <= when <= clock.MAX_MS
