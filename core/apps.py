@@ -28,6 +28,7 @@ class CoreConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import post_delete
 
+        from core import checks as _deploy_checks  # noqa: F401  (registers them)
         from core import schema  # noqa: F401  (registers the OpenAPI auth schemes)
         from core.auth import forget_service_user
 

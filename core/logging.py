@@ -1,27 +1,84 @@
 """Structured logging: request ids on every record, JSON lines in production, and the same
-structured fields as key=value in the plain format."""
+structured fields as key=value in the plain format; expected states logged as warnings."""
 
 from __future__ import annotations
 
 import contextvars
+import datetime as dt
 import json
 import logging
+from typing import Any
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
+# what `core.middleware.RequestIdMiddleware` sets on the request: its id, and the HostError a
+# 503 answered (`{"category", "cause", "message"}`)
+REQUEST_ID_ATTR = "hyphae_request_id"
+HOST_ERROR_ATTR = "hyphae_host_error"
+
 
 class RequestIdFilter(logging.Filter):
+    """The record's `request_id`: the one of the request being served, else the one of the
+    record's request (Django logs a response after every middleware has returned, the request
+    id's middleware included), else `-`."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id_var.get()
+        rid = request_id_var.get()
+        if rid == "-":
+            rid = getattr(getattr(record, "request", None), REQUEST_ID_ATTR, "-")
+        record.request_id = rid
         return True
+
+
+class ExpectedErrorFilter(logging.Filter):
+    """Expected states are warnings, not errors (on the `django.request` and
+    `django.security.DisallowedHost` loggers):
+
+    - a 503 answering a HostError (a stopped extension, a store unavailable, the database down):
+      a state the error body names, so the line gets its `error` (category/cause) and
+      `error_message`; a 500 (a defect) stays an error;
+    - a request for a host not in ALLOWED_HOSTS: a probe or a misrouted request, answered 400;
+      the line names the host, without a traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        if record.name == "django.security.DisallowedHost":
+            _demote(record)
+            record.exc_info = record.exc_text = None
+        elif getattr(record, "status_code", None) == 503:
+            error = getattr(getattr(record, "request", None), HOST_ERROR_ATTR, None)
+            if error is not None:
+                _demote(record)
+                record.error = f"{error['category']}/{error['cause']}"
+                record.error_message = error["message"]
+        return True
+
+
+def _demote(record: logging.LogRecord) -> None:
+    record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+
+
+def host_error_of(body: bytes) -> dict[str, Any] | None:
+    """The `{category, cause, message}` of an error body (spec 07), or None for any other
+    body."""
+    try:
+        error = json.loads(body)["error"]
+        return {key: str(error[key]) for key in ("category", "cause", "message")}
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         payload = {
-            "at": self.formatTime(record),
+            # ISO 8601 in UTC with its offset: lines from machines in other zones sort and compare
+            "at": dt.datetime.fromtimestamp(record.created, tz=dt.UTC).isoformat(
+                timespec="milliseconds"
+            ),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

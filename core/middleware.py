@@ -17,7 +17,7 @@ from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from core.errors import MSG_INVALID_BODY, MSG_TOO_LARGE, HostError
-from core.logging import request_id_var
+from core.logging import HOST_ERROR_ATTR, REQUEST_ID_ATTR, host_error_of, request_id_var
 from core.validation import PROBLEM_NOT_UNICODE, text_problem
 
 # Paths with their own body limit (longest prefix wins). Extension routes declare theirs;
@@ -38,18 +38,29 @@ def body_limit_for(path: str) -> int:
 
 
 class RequestIdMiddleware:
+    """Every request's id (the caller's `X-Request-Id` when usable, else a new one): on every
+    log record while it is served, and on its response.
+
+    Django logs a 4xx/5xx response (`django.request`) after every middleware has returned, so
+    the id also stays on the request, where the log filter finds it (core.logging), with the
+    HostError a 503 answered: that line is then a warning naming the error, not an ERROR.
+    """
+
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get("X-Request-Id", "")
         rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        setattr(request, REQUEST_ID_ATTR, rid)
         token = request_id_var.set(rid)
         try:
             response = self.get_response(request)
         finally:
             request_id_var.reset(token)
         response["X-Request-Id"] = rid
+        if response.status_code == 503 and not response.streaming:
+            setattr(request, HOST_ERROR_ATTR, host_error_of(response.content))
         return response
 
 

@@ -89,7 +89,16 @@ class ExtensionDetailSerializer(ExtensionSummarySerializer):
     stop_event_id = serializers.CharField(allow_blank=True)
     last_error = serializers.CharField(allow_blank=True)
     next_auto_resume_at = serializers.DateTimeField(allow_null=True)
-    auto_resume = serializers.BooleanField()
+    auto_resume = serializers.BooleanField(
+        help_text="Whether a stop is resumed automatically: the installed version declares it, "
+        "staff did not turn it off, and HOST_AUTO_RESUME is on."
+    )
+    auto_resume_declared = serializers.BooleanField(
+        help_text="What the installed version declares (`Extension(auto_resume=…)`)."
+    )
+    auto_resume_staff = serializers.BooleanField(
+        help_text="Staff's switch (the admin): off keeps the extension stopped after a stop."
+    )
     grants = GrantsSerializer()
     state_version = serializers.IntegerField(allow_null=True)
     installed = serializers.BooleanField()

@@ -53,6 +53,9 @@ class RosterEntry(TimestampedModel):
     # `auto_resume_effective`.
     declared_auto_resume = models.BooleanField(
         default=True,
+        # also the column's default: a process still running the code before this column
+        # (a rolling deploy) inserts rows without it (docs/operating.md)
+        db_default=True,
         editable=False,
         help_text="What the installed version declares (auto_resume=…); set by sync_roster.",
     )

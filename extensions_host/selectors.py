@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from core.errors import MSG_NOT_FOUND, HostError
 from extensions_host import registry
-from extensions_host.models import RosterEntry
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.sdk.definition import ID_RE
 from extensions_host.services.quotas import quota_limit, usage_totals
 
@@ -38,6 +39,15 @@ def roster_entry_get(*, extension_id: str) -> RosterEntry:
     return row
 
 
+def grants_waiting() -> dict[str, list[str]]:
+    """Installed extensions (running or stopped) with requested grants not admitted yet, by id
+    (sorted), each with those grants: `sync_roster`, `/v1/meta` health and `/metrics`."""
+    rows = RosterEntry.objects.exclude(status=ExtensionStatus.UNINSTALLED).only(
+        "requested_grants", "admitted_grants"
+    )
+    return {row.id: row.pending_grants for row in rows if row.pending_grants}
+
+
 def extension_summary(row: RosterEntry) -> dict[str, Any]:
     """The status list row (spec 02 §3)."""
     return {
@@ -60,7 +70,11 @@ def extension_detail(row: RosterEntry) -> dict[str, Any]:
         "stop_event_id": row.stop_event_id,
         "last_error": row.last_error,
         "next_auto_resume_at": row.next_auto_resume_at,
-        "auto_resume": row.auto_resume,
+        # whether a stop is auto-resumed: the installed version's declaration, staff's switch
+        # and HOST_AUTO_RESUME must all allow it (services.recovery); each is shown too
+        "auto_resume": row.auto_resume_effective and settings.HOST_AUTO_RESUME,
+        "auto_resume_declared": row.declared_auto_resume,
+        "auto_resume_staff": row.auto_resume,
         "grants": {
             "requested": list(row.requested_grants),
             "admitted": list(row.admitted_grants),

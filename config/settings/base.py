@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import overload
@@ -93,7 +94,39 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if raw.lower() in {"0", "false", "no", "off"}:
         return False
-    raise ImproperlyConfigured(f"{name} must be true or false")
+    raise ImproperlyConfigured(
+        f"{name} must be true or false (also 1/0, yes/no, on/off), got {raw!r}"
+    )
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Read a setting that takes one of a few words, raising ImproperlyConfigured with the
+    variable's name, the words and the value."""
+    value = env.str(name, default=default)
+    if value not in choices:
+        words = " or ".join(repr(choice) for choice in choices)
+        raise ImproperlyConfigured(f"{name} must be {words}, got {value!r}")
+    return value
+
+
+_URL_SCHEME_RE = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def url_scheme(raw: str) -> str:
+    """The scheme of a `<scheme>://…` URL, lowercased; "" when the value has none.
+
+    Every URL setting needs the `://`: without it the URL parsers read something else than was
+    meant (`redis:/x` a Unix socket, `postgres:/host/db` a database named after a path,
+    `rediss//host` no scheme at all)."""
+    match = _URL_SCHEME_RE.match(raw)
+    return match.group(1).lower() if match else ""
+
+
+def shown_scheme(raw: str) -> str:
+    """What an error message shows of a URL setting: its scheme only, never the rest of the
+    URL (which may hold a password)."""
+    scheme = url_scheme(raw)
+    return f"{scheme}://" if scheme else "a value without <scheme>://"
 
 
 # --- Core Django -------------------------------------------------------------------------------
@@ -173,8 +206,9 @@ def env_database(name: str, default: str) -> dict:
     """Read a database URL (unset or empty: `default`): SQLite or PostgreSQL, raising
     ImproperlyConfigured with the variable's name (and only the URL's scheme: no password)."""
     raw = env.str(name, default="").strip() or default
-    scheme = raw.split("://", 1)[0] if "://" in raw else ""
     accepts = f"{name} must be sqlite:///<path> or postgres://user@host:port/name"
+    if not url_scheme(raw):
+        raise ImproperlyConfigured(f"{accepts}, got {shown_scheme(raw)}")
     try:
         with warnings.catch_warnings():  # its "not recognized" warning echoes the whole URL
             warnings.simplefilter("ignore")
@@ -182,7 +216,7 @@ def env_database(name: str, default: str) -> dict:
     except ValueError as exc:  # a port that is not a number, …
         raise ImproperlyConfigured(f"{accepts}: {exc}") from exc
     if config.get("ENGINE") not in DATABASE_ENGINES:
-        raise ImproperlyConfigured(f"{accepts}, got {scheme + '://' if scheme else 'no scheme'}")
+        raise ImproperlyConfigured(f"{accepts}, got {shown_scheme(raw)}")
     return config
 
 
@@ -205,9 +239,25 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Cache -------------------------------------------------------------------------------------
 # A file cache shared by the embedded processes; Redis in production (CACHE_URL=redis://…).
 
-CACHES = {
-    "default": env.cache_url("CACHE_URL", default=f"filecache://{VAR_DIR / 'cache'}"),
-}
+
+def env_cache(name: str, default: str) -> dict:
+    """Read a cache URL (unset or empty: `default`), raising ImproperlyConfigured with the
+    variable's name (and only the URL's scheme: no password)."""
+    raw = env.str(name, default="").strip() or default
+    accepts = (
+        f"{name} must be redis://host:port/db, rediss://…, filecache:///<path>, locmemcache:// "
+        f"or another django-environ cache URL"
+    )
+    if not url_scheme(raw):
+        raise ImproperlyConfigured(f"{accepts}, got {shown_scheme(raw)}")
+    try:
+        return environ.Env.cache_url_config(raw)
+    except (ImproperlyConfigured, ValueError):  # an unknown scheme, a bad port, …
+        # not chained: the parser's message may quote the URL, password included
+        raise ImproperlyConfigured(f"{accepts}, got {shown_scheme(raw)}") from None
+
+
+CACHES = {"default": env_cache("CACHE_URL", f"filecache://{VAR_DIR / 'cache'}")}
 if CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache":
     # a Redis that accepts connections but never answers must not hang a request, a sweep or
     # beat's scheduling (beat writes its liveness mark here): its calls fail after this long
@@ -242,9 +292,7 @@ STATIC_ROOT = VAR_DIR / "static"
 
 # --- Host settings (documented in README's settings table) -------------------------------------
 
-HOST_AUTH = env.str("HOST_AUTH", default="on")
-if HOST_AUTH not in {"on", "none"}:
-    raise ImproperlyConfigured("HOST_AUTH must be 'on' or 'none'")
+HOST_AUTH = env_choice("HOST_AUTH", "on", ("on", "none"))
 HOST_API_TOKEN = [t for t in env.list("HOST_API_TOKEN", default=[]) if t]
 HOST_PROXY_AUTH = env_bool("HOST_PROXY_AUTH", False)
 try:
@@ -258,15 +306,17 @@ HOST_AUTO_ADMIT = env_bool("HOST_AUTO_ADMIT", True)
 HOST_EXTENSIONS = env.list("HOST_EXTENSIONS", default=[])
 # Each web/worker process syncs the roster at start (deploys also run `manage.py sync_roster`).
 HOST_SYNC_AT_START = env_bool("HOST_SYNC_AT_START", True)
-HOST_PUBLIC_URL = env.str("HOST_PUBLIC_URL", default="")
+HOST_PUBLIC_URL = env.str("HOST_PUBLIC_URL", default="").strip()
+if HOST_PUBLIC_URL and url_scheme(HOST_PUBLIC_URL) not in {"http", "https"}:
+    raise ImproperlyConfigured(
+        f"HOST_PUBLIC_URL must be an http:// or https:// URL, got {HOST_PUBLIC_URL!r}"
+    )
 HOST_DATA_DIR = env_path("HOST_DATA_DIR", VAR_DIR / "data")
 HOST_MAX_BODY_BYTES = env_int("HOST_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 HOST_CORS_ORIGINS = env.list("HOST_CORS_ORIGINS", default=[])
 # Per-principal write rate ("600/min"; "off" disables), DRF's throttle rate below.
 HOST_WRITE_RATE = env_rate("HOST_WRITE_RATE", "600/min")
-AGENT_RUNTIME = env.str("AGENT_RUNTIME", default="echo")
-if AGENT_RUNTIME not in {"echo", "external"}:
-    raise ImproperlyConfigured("AGENT_RUNTIME must be 'echo' or 'external'")
+AGENT_RUNTIME = env_choice("AGENT_RUNTIME", "echo", ("echo", "external"))
 IDLE_AFTER_SECONDS = env_int("IDLE_AFTER_SECONDS", 900, minimum=1)
 RUN_LEASE_SECONDS = env_int("RUN_LEASE_SECONDS", 300, minimum=1)
 # Unset: keep archived conversations forever. 0 would make the daily sweep delete every one.
@@ -339,6 +389,12 @@ SPECTACULAR_SETTINGS = {
 # too: whitenoise warns on every start without it, and only production runs `collectstatic`.
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+for _url in CELERY_BROKER_URL.split(";"):  # `;` separates failover URLs
+    if not url_scheme(_url.strip()):
+        raise ImproperlyConfigured(
+            f"CELERY_BROKER_URL must be <scheme>://… (filesystem://, redis://host:port/db, "
+            f"amqp://…), got {shown_scheme(_url.strip())}"
+        )
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if CELERY_BROKER_URL.startswith("filesystem"):
     _broker_dir = VAR_DIR / "broker"
@@ -390,10 +446,17 @@ if LOG_LEVEL not in logging.getLevelNamesMapping():
         f"LOG_LEVEL must be a logging level name (DEBUG, INFO, WARNING, ERROR, CRITICAL), "
         f"got {LOG_LEVEL!r}"
     )
+# A worker at `--loglevel INFO` would log two lines per task (received, succeeded): the sweeps
+# run every second. Their failures are WARNING or ERROR and stay; so does the worker's "ready"
+# line (`celery.apps.worker`). LOG_LEVEL=DEBUG shows them again.
+_CELERY_ROUTINE_LEVEL = "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "core.logging.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "core.logging.RequestIdFilter"},
+        "expected_errors": {"()": "core.logging.ExpectedErrorFilter"},
+    },
     "formatters": {
         # the record's `extra` fields follow the message as key=value (core.logging)
         "plain": {
@@ -410,17 +473,27 @@ LOGGING = {
         },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # expected states are warnings, not errors: a 503 answering a HostError (a stopped
+        # extension, a store unavailable), a request for a host not in ALLOWED_HOSTS
+        "django.request": {"filters": ["expected_errors"]},
+        "django.security.DisallowedHost": {"filters": ["expected_errors"]},
+        "celery.app.trace": {"level": _CELERY_ROUTINE_LEVEL},
+        "celery.worker.strategy": {"level": _CELERY_ROUTINE_LEVEL},
+    },
 }
 
 # --- conversations: OpenAPI enum names ----------------------------------------------------------
 
 # --- Extension host: hook deadlines, retries, auto-resume, quotas (spec 02 §1, §7) -------------
 # Hook deadlines: 5 s in a request, 30 s in a worker (an extension may override, up to 300 s).
-HOST_HOOK_DEADLINE_REQUEST_MS = env_int("HOST_HOOK_DEADLINE_REQUEST_MS", 5_000, minimum=1)
-HOST_HOOK_DEADLINE_WORKER_MS = env_int("HOST_HOOK_DEADLINE_WORKER_MS", 30_000, minimum=1)
-if max(HOST_HOOK_DEADLINE_REQUEST_MS, HOST_HOOK_DEADLINE_WORKER_MS) > 300_000:
-    raise ImproperlyConfigured("HOST_HOOK_DEADLINE_*_MS must be <= 300000")
+HOST_HOOK_DEADLINE_REQUEST_MS = env_int(
+    "HOST_HOOK_DEADLINE_REQUEST_MS", 5_000, minimum=1, maximum=300_000
+)
+HOST_HOOK_DEADLINE_WORKER_MS = env_int(
+    "HOST_HOOK_DEADLINE_WORKER_MS", 30_000, minimum=1, maximum=300_000
+)
 # How many `Retry`s one item may ask for before it counts as a defect.
 HOST_RETRY_LIMIT = env_int("HOST_RETRY_LIMIT", 10, minimum=1)
 # Auto-resume after 1, 5, 30 minutes (3 attempts); staff can also turn it off per extension.
@@ -449,8 +522,12 @@ HOST_SSE_RETRY_MS = env_int("HOST_SSE_RETRY_MS", 1000, minimum=100)
 # Precise timer wakes are scheduled (Celery eta) at most this far ahead; it must stay well below
 # the broker's visibility timeout, or an eta task could be redelivered before it is due.
 HOST_WAKE_HORIZON_SECONDS = env_int("HOST_WAKE_HORIZON_SECONDS", 60, minimum=1)
-if CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600) <= HOST_WAKE_HORIZON_SECONDS:
-    raise ImproperlyConfigured("HOST_WAKE_HORIZON_SECONDS must be below the visibility timeout")
+_VISIBILITY_TIMEOUT = CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
+if _VISIBILITY_TIMEOUT <= HOST_WAKE_HORIZON_SECONDS:
+    raise ImproperlyConfigured(
+        f"HOST_WAKE_HORIZON_SECONDS must be below the broker's visibility timeout "
+        f"({_VISIBILITY_TIMEOUT} s), got {HOST_WAKE_HORIZON_SECONDS}"
+    )
 # How long one sweep task keeps taking pages before it re-enqueues itself.
 HOST_SWEEP_BUDGET_SECONDS = env_int("HOST_SWEEP_BUDGET_SECONDS", 5, minimum=1, maximum=60)
 # A sweep task starts pages for its budget, and its last page runs at most 300 s: every frame

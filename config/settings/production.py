@@ -3,7 +3,9 @@
 Required: SECRET_KEY, DATABASE_URL (PostgreSQL), CELERY_BROKER_URL (Redis or RabbitMQ),
 CACHE_URL (Redis), ALLOWED_HOSTS, from the environment or the project's `.env` (the environment
 wins).
-`manage.py check --deploy` is clean with these settings and SILENCED_SYSTEM_CHECKS empty.
+`manage.py check --deploy` is clean with these settings and SILENCED_SYSTEM_CHECKS empty, once
+the deployment's own secrets are set (HOST_SECRET_KEY, tokens of 32+ characters: see
+docs/operating.md).
 """
 
 from __future__ import annotations
@@ -44,10 +46,9 @@ from config.settings.base import CACHES, DATABASES, env_bool, env_int  # noqa: E
 if HOST_AUTH == "none":  # noqa: F405
     raise ImproperlyConfigured("HOST_AUTH=none is for local development only")
 # Row locks, skip-locked claims and LISTEN/NOTIFY hints need PostgreSQL; SQLite is embedded only.
-if DATABASES["default"]["ENGINE"] not in {
-    "django.db.backends.postgresql",
-    "django.contrib.gis.db.backends.postgis",
-}:
+# (base.py already refuses every other engine, PostGIS's included: Hyphae has no GIS models, and
+# a PostgreSQL server with the PostGIS extension is reached with postgres:// like any other.)
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured(
         "DATABASE_URL must point at PostgreSQL in production (postgres://user@host:5432/name)"
     )
@@ -68,6 +69,10 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 # Load balancers probe over plain HTTP inside the network.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+# On by default, so that `check --deploy` is clean with these settings (spec 08). Both reach
+# beyond this host (every subdomain; browsers' preload lists, hard to leave): a deployment whose
+# subdomains are not all HTTPS-only turns them off (and `check --deploy` then says so,
+# security.W005 and security.W021).
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
 SECURE_CONTENT_TYPE_NOSNIFF = True

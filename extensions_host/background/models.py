@@ -233,7 +233,8 @@ class JobState(models.Model):
     next_run_at = models.BigIntegerField(null=True, blank=True)
     # the declared schedule `next_run_at` follows (`Job.schedule_text`; "" on rows older than
     # this column): a declaration with another one moves it (services.jobs.jobs_ensure)
-    schedule = models.TextField(blank=True, default="")
+    # db_default: rows inserted by code older than this column (a rolling deploy) get it too
+    schedule = models.TextField(blank=True, default="", db_default="")
     last_run_at = models.BigIntegerField(null=True, blank=True)
     last_scheduled_for = models.BigIntegerField(null=True, blank=True)
     last_outcome = models.CharField(max_length=16, choices=Outcome, blank=True)
@@ -275,7 +276,8 @@ class JobTrigger(models.Model):
     not_before = models.BigIntegerField()
     scheduled_for = models.BigIntegerField(null=True, blank=True)
     retry_attempt = models.PositiveSmallIntegerField(default=0)
-    missed_runs = models.PositiveIntegerField(default=0)
+    # db_default: rows inserted by code older than this column (a rolling deploy) get it too
+    missed_runs = models.PositiveIntegerField(default=0, db_default=0)
 
     class Meta:
         indexes = [models.Index(fields=["job", "not_before"], name="job_trigger_due_idx")]

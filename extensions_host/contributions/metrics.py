@@ -1,11 +1,17 @@
 """`GET /metrics` (Prometheus text format), restricted to `HOST_METRICS_TOKEN` (bearer) or the
 networks in `HOST_METRICS_NETWORKS` (loopback by default).
 
-Figures that live in the database (extension statuses, stops and auto-resumes, timer backlog,
-settled lag, outbox backlog, notification deliveries, runs claimed/settled, artifact emits) are
-read at scrape time, so every process answers the same. Request durations are measured in
-process; with several processes set `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's
-multiprocess mode) to aggregate them.
+Figures that live in the database (extension statuses and pending grants, stops and
+auto-resumes, timer backlog, settled lag, outbox backlog, notification deliveries, stored runs
+by status, stored artifact records) are read at scrape time, so every process answers the same;
+`hyphae_metrics_collection_ok` is 0 when they could not be read (the database down): the scrape
+still answers 200, without them. Request durations are measured in process; with several
+processes set `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's multiprocess mode) to aggregate
+them.
+
+Runs and artifact records are gauges of the rows stored, not counters: retention deletes rows,
+and a counter must never go down. Their growth (`deriv`, `delta`) tells the claim, settle and
+emit rates between retention sweeps.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from core.auth import secret_matches
 from core.models import AuditEntry
 from extensions_host.contributions.models import NotificationDelivery
 from extensions_host.models import RosterEntry
+from extensions_host.selectors import grants_waiting
 
 logger = logging.getLogger("extensions_host.contributions.metrics")
 
@@ -57,10 +64,21 @@ class DatabaseCollector(Collector):
     """Figures read from the database at scrape time (the same from every process)."""
 
     def collect(self) -> Iterator[Metric]:
+        ok = GaugeMetricFamily(
+            "hyphae_metrics_collection_ok",
+            "1 when every database figure was read for this scrape, 0 when some are missing",
+        )
         try:
-            yield from self._collect()
+            # read them all before answering: a scrape shows every database figure or none
+            families = list(self._collect())
         except Exception:  # a scrape must answer even when a figure cannot be read
             logger.exception("metrics collection failed")
+            ok.add_metric([], 0)
+            yield ok
+            return
+        yield from families
+        ok.add_metric([], 1)
+        yield ok
 
     def _collect(self) -> Iterator[Metric]:
         status = GaugeMetricFamily(
@@ -70,6 +88,12 @@ class DatabaseCollector(Collector):
         for name in ("running", "stopped", "uninstalled"):
             status.add_metric([name], counts.get(name, 0))
         yield status
+        pending = GaugeMetricFamily(
+            "hyphae_extensions_pending_grants",
+            "Installed extensions with requested grants staff have not admitted yet",
+        )
+        pending.add_metric([], len(grants_waiting()))
+        yield pending
         for action, metric, text in (
             ("extension_stopped", "hyphae_extension_stops", "Extension stops"),
             ("extension_auto_resumed", "hyphae_extension_auto_resumes", "Automatic resumes"),
@@ -100,12 +124,13 @@ class DatabaseCollector(Collector):
 def _runs() -> Iterator[Metric]:
     from conversations.models import Run, RunStatus
 
-    claims = CounterMetricFamily("hyphae_run_claims", "Runs claimed")
-    claims.add_metric([], Run.objects.count())
-    yield claims
-    settles = CounterMetricFamily("hyphae_run_settles", "Runs settled")
-    settles.add_metric([], Run.objects.filter(status=RunStatus.SETTLED).count())
-    yield settles
+    runs = GaugeMetricFamily(
+        "hyphae_runs", "Runs stored by status (every claim makes one)", labels=["status"]
+    )
+    counts = dict(Run.objects.values_list("status").annotate(n=Count("id")).order_by())
+    for name in RunStatus.values:
+        runs.add_metric([name], counts.get(name, 0))
+    yield runs
 
 
 def _artifacts() -> Iterator[Metric]:
@@ -115,9 +140,11 @@ def _artifacts() -> Iterator[Metric]:
         model = apps.get_model("artifacts", "Record")
     except LookupError:
         return
-    emits = CounterMetricFamily("hyphae_artifact_emits", "Artifacts emitted")
-    emits.add_metric([], model._default_manager.count())
-    yield emits
+    records = GaugeMetricFamily(
+        "hyphae_artifact_records", "Artifact records stored (every emit makes one)"
+    )
+    records.add_metric([], model._default_manager.count())
+    yield records
 
 
 def _lag() -> Iterator[Metric]:

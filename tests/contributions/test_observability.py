@@ -39,8 +39,9 @@ def test_metrics_are_served_to_loopback_in_prometheus_format(install):
     assert 'hyphae_extensions{status="stopped"} 1.0' in text
     assert 'hyphae_extensions{status="running"} 0.0' in text
     assert "hyphae_timers_due" in text
-    assert "hyphae_run_claims_total" in text
+    assert 'hyphae_runs{status="settled"} 0.0' in text
     assert "hyphae_notification_deliveries" in text
+    assert "hyphae_metrics_collection_ok 1.0" in text
     assert 'hyphae_http_request_duration_seconds_count{method="GET",route="healthz"' in text
 
 
@@ -87,3 +88,35 @@ def test_metrics_report_hook_durations_per_extension_and_hook(install):
     assert (
         'hyphae_hook_duration_seconds_count{extension="web",hook="probe_hook",status="ok"}' in text
     )
+
+
+def test_metrics_say_when_the_database_figures_could_not_be_read(install, monkeypatch, caplog):
+    from django.db import OperationalError
+
+    from extensions_host.contributions import metrics
+
+    def database_down() -> dict:
+        raise OperationalError("connection refused")
+
+    install(make_routes_ext())
+    monkeypatch.setattr(metrics, "grants_waiting", database_down)
+    response = APIClient().get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 200  # the scrape answers: the request durations are there
+    text = response.content.decode()
+    assert "hyphae_metrics_collection_ok 0.0" in text  # what an alert fires on
+    assert "hyphae_extensions{" not in text  # no database figure, not a half-read set
+    assert "metrics collection failed" in caplog.messages
+
+
+def test_stored_runs_and_artifact_records_are_gauges_not_counters(db):
+    """Retention deletes rows: a count of rows can go down, which a counter never does."""
+    text = APIClient().get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+    assert "# TYPE hyphae_runs gauge" in text
+    assert "# TYPE hyphae_artifact_records gauge" in text
+    counters = {
+        line.split()[2]
+        for line in text.splitlines()
+        if line.startswith("# TYPE") and line.endswith(" counter")
+    }
+    # the only counters left count audit entries, which are never deleted
+    assert counters == {"hyphae_extension_stops_total", "hyphae_extension_auto_resumes_total"}

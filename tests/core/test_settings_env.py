@@ -27,6 +27,11 @@ PRODUCTION_REQUIRED = {
     "ALLOWED_HOSTS": "hyphae.example.com",
 }
 
+CACHE_ACCEPTS = (
+    "CACHE_URL must be redis://host:port/db, rediss://…, filecache:///<path>, locmemcache:// "
+    "or another django-environ cache URL"
+)
+
 # the keys production defaults only where neither the environment nor `.env` sets them
 PRODUCTION_DEFAULTED = ("HOST_AUTO_ADMIT", "AGENT_RUNTIME", "LOG_JSON")
 
@@ -279,6 +284,34 @@ def test_beat_ticks_at_the_interval_dotenv_sets(project):
             "DATABASE_URL must be sqlite:///<path> or postgres://user@host:port/name, got foo://\n",
         ),
         ("DATABASE_URL", "postgres://u@db:port/h", "DATABASE_URL must be sqlite:///<path> or"),
+        # `scheme:/…` would parse as a database named after a path
+        (
+            "DATABASE_URL",
+            "postgres:/127.0.0.1/db",
+            "DATABASE_URL must be sqlite:///<path> or postgres://user@host:port/name, "
+            "got a value without <scheme>://\n",
+        ),
+        # PostGIS is no engine of Hyphae's (production agrees: test below)
+        ("DATABASE_URL", "postgis://u:hunter2@db/h", "DATABASE_URL must be sqlite:///<path> or"),
+        ("CACHE_URL", "foo://u:hunter2@x", f"{CACHE_ACCEPTS}, got foo://\n"),
+        ("CACHE_URL", "rediss//:hunter2@h", f"{CACHE_ACCEPTS}, got a value without <scheme>://"),
+        # not a Unix socket: a typo
+        ("CACHE_URL", "redis:/x", f"{CACHE_ACCEPTS}, got a value without <scheme>://"),
+        ("CELERY_BROKER_URL", "redis:/hunter2", "CELERY_BROKER_URL must be <scheme>://"),
+        ("HOST_PUBLIC_URL", "hyphae.example.com", "HOST_PUBLIC_URL must be an http:// or https://"),
+        (
+            "HOST_HOOK_DEADLINE_WORKER_MS",
+            "400000",
+            "HOST_HOOK_DEADLINE_WORKER_MS must be an integer >= 1 and <= 300000, got 400000",
+        ),
+        (
+            "HOST_HOOK_DEADLINE_REQUEST_MS",
+            "300001",
+            "HOST_HOOK_DEADLINE_REQUEST_MS must be an integer >= 1 and <= 300000, got 300001",
+        ),
+        ("DEBUG", "maybe", "DEBUG must be true or false (also 1/0, yes/no, on/off), got 'maybe'"),
+        ("HOST_AUTH", "off", "HOST_AUTH must be 'on' or 'none', got 'off'"),
+        ("AGENT_RUNTIME", "llm", "AGENT_RUNTIME must be 'echo' or 'external', got 'llm'"),
     ],
 )
 def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, value, message):
@@ -286,6 +319,52 @@ def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, valu
     assert done.returncode != 0
     assert f"django.core.exceptions.ImproperlyConfigured: {message}" in done.stderr
     assert "hunter2" not in done.stderr
+    assert "Invalid cache schema" not in done.stderr  # the parser's words, without the name
+
+
+def test_a_wake_horizon_at_the_visibility_timeout_is_refused_naming_both(project):
+    done = python(
+        project,
+        LOAD,
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/0",
+        HOST_WAKE_HORIZON_SECONDS="3600",
+    )
+    assert done.returncode != 0
+    assert (
+        "ImproperlyConfigured: HOST_WAKE_HORIZON_SECONDS must be below the broker's visibility "
+        "timeout (3600 s), got 3600" in done.stderr
+    )
+
+
+def test_production_refuses_postgis_as_base_does(project):
+    done = python(
+        project,
+        LOAD,
+        module="config.settings.production",
+        dotenv=dotenv(PRODUCTION_REQUIRED | {"DATABASE_URL": "postgis://postgres@db:5432/h"}),
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: DATABASE_URL must be sqlite:///<path> or postgres://" in (
+        done.stderr
+    )
+
+
+def test_hsts_subdomains_and_preload_are_opt_in(project):
+    names = ("SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD")
+    values = show(
+        project, *names, module="config.settings.production", dotenv=dotenv(PRODUCTION_REQUIRED)
+    )
+    assert values == {
+        "SECURE_HSTS_SECONDS": 31536000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": False,
+        "SECURE_HSTS_PRELOAD": False,
+    }
+    opted = PRODUCTION_REQUIRED | {
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+        "SECURE_HSTS_PRELOAD": "true",
+    }
+    values = show(project, *names[1:], module="config.settings.production", dotenv=dotenv(opted))
+    assert values == {"SECURE_HSTS_INCLUDE_SUBDOMAINS": True, "SECURE_HSTS_PRELOAD": True}
 
 
 def test_an_empty_folder_setting_means_its_default_not_the_working_directory(project):

@@ -200,6 +200,25 @@ def test_one_extension_shows_grants_revision_restart_data_and_usage(seeded, api)
     assert api(seeded).get("/v1/extensions/ghost").status_code == 404
 
 
+def test_auto_resume_shows_what_a_stop_would_get_and_why(install, api, owner, settings):
+    """The chaos example declares `auto_resume=False`: staff's switch (on by default) does not
+    make it auto-resume, and the detail must not say it does."""
+    install(make_ext("faulty", auto_resume=False), make_ext("steady"))
+    faulty = api(owner).get("/v1/extensions/faulty").json()
+    assert (
+        faulty["auto_resume"],
+        faulty["auto_resume_declared"],
+        faulty["auto_resume_staff"],
+    ) == (False, False, True)
+    assert api(owner).get("/v1/extensions/steady").json()["auto_resume"] is True
+    RosterEntry.objects.filter(pk="steady").update(auto_resume=False)  # staff turn it off
+    steady = api(owner).get("/v1/extensions/steady").json()
+    assert (steady["auto_resume"], steady["auto_resume_declared"]) == (False, True)
+    RosterEntry.objects.filter(pk="steady").update(auto_resume=True)
+    settings.HOST_AUTO_RESUME = False  # the host holds every auto-resume back
+    assert api(owner).get("/v1/extensions/steady").json()["auto_resume"] is False
+
+
 def test_resume_is_admin_only_and_resumes(install, api, owner, staff):
     install(make_ext("alpha", on_timer=failing))
     fire_timer("alpha")

@@ -3,8 +3,8 @@ jobs, incompatible migrations and the lag figures (settled cursor lag, due-timer
 oldest due timer age), plus skills, bundles, notifiers and providers.
 
 Health: each running extension's `health()` hook (a read-only frame; a raise or an invalid
-result is a defect, like any hook) combined with its notifiers' delivery health; any degraded
-or stopped extension makes the host degraded.
+result is a defect, like any hook) combined with its notifiers' delivery health and the grants
+it waits for; any degraded or stopped extension makes the host degraded.
 
 Workers, jobs and the timer/settled figures come from the background app when it is installed
 (`extensions_host.background`); without it they read as empty/zero and `available: false`
@@ -35,6 +35,7 @@ logger = logging.getLogger("extensions_host.contributions.meta")
 BACKGROUND_APP = "extensions_host.background"
 SURFACES_APP = "extensions_host.surfaces"
 MSG_HEALTH_INVALID = "Extension health result is invalid"
+MSG_HOW_TO_ADMIT = "staff admit them in the admin or with manage.py admit_grants"
 
 
 def host_version() -> str:
@@ -69,11 +70,19 @@ def extension_health(row: RosterEntry, notifiers: list[dict[str, Any]]) -> dict[
             result = outcome.value
         elif outcome.status == "stopped" or outcome.skip == "stopped":
             result = {"status": "degraded", "detail": f"stopped: {outcome.reason}"}
-    degraded = [n for n in notifiers if n["extension_id"] == row.id and n["status"] == "degraded"]
-    if degraded:
-        detail = "; ".join(f"notifier {n['name']} degraded: {n['last_error']}" for n in degraded)
+    problems = [
+        f"notifier {n['name']} degraded: {n['last_error']}"
+        for n in notifiers
+        if n["extension_id"] == row.id and n["status"] == "degraded"
+    ]
+    if row.pending_grants:
+        # what those grants gate does not run until staff admit them (HOST_AUTO_ADMIT=false)
+        waiting = ", ".join(row.pending_grants)
+        problems.append(f"waiting for grants: {waiting} ({MSG_HOW_TO_ADMIT} {row.id})")
+    if problems:
         own = result.get("detail")
-        result = {"status": "degraded", "detail": f"{own}; {detail}" if own else detail}
+        detail = "; ".join([own, *problems] if own else problems)
+        result = {"status": "degraded", "detail": detail}
     return result
 
 
