@@ -349,22 +349,22 @@ def test_production_refuses_postgis_as_base_does(project):
     )
 
 
-def test_hsts_subdomains_and_preload_are_opt_in(project):
+def test_hsts_subdomains_and_preload_are_on_by_default_and_may_be_turned_off(project):
     names = ("SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD")
     values = show(
         project, *names, module="config.settings.production", dotenv=dotenv(PRODUCTION_REQUIRED)
     )
     assert values == {
         "SECURE_HSTS_SECONDS": 31536000,
-        "SECURE_HSTS_INCLUDE_SUBDOMAINS": False,
-        "SECURE_HSTS_PRELOAD": False,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SECURE_HSTS_PRELOAD": True,
     }
-    opted = PRODUCTION_REQUIRED | {
-        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
-        "SECURE_HSTS_PRELOAD": "true",
+    off = PRODUCTION_REQUIRED | {
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "false",
+        "SECURE_HSTS_PRELOAD": "false",
     }
-    values = show(project, *names[1:], module="config.settings.production", dotenv=dotenv(opted))
-    assert values == {"SECURE_HSTS_INCLUDE_SUBDOMAINS": True, "SECURE_HSTS_PRELOAD": True}
+    values = show(project, *names[1:], module="config.settings.production", dotenv=dotenv(off))
+    assert values == {"SECURE_HSTS_INCLUDE_SUBDOMAINS": False, "SECURE_HSTS_PRELOAD": False}
 
 
 def test_an_empty_folder_setting_means_its_default_not_the_working_directory(project):
