@@ -1,20 +1,25 @@
 """What an extension declares for background work: idle `Worker`s and scheduled `Job`s.
 
 Pure data plus functions (no Django import), so these types can move into the SDK as they are.
-Until the SDK's `Extension` takes `workers=`/`jobs=`, attach them with `add_worker`/`add_job`:
+Authors import them from `extensions_host.sdk` and declare them with the extension, or attach
+them later with `add_worker`/`add_job` (the same checks):
 
 ```python
-from extensions_host.background.declarations import Job, Worker, add_job, add_worker
+from extensions_host.sdk import Extension, Job, PromptAction, Worker, add_job
 
-add_worker(curator, Worker("tidy", wake_on=["conversation_idle"], run=tidy))
-add_job(curator, Job("nightly", schedule="0 3 * * *", action=nightly_task))
+curator = Extension(..., workers=[Worker("tidy", wake_on=["conversation_idle"], run=tidy)],
+                    jobs=[Job("nightly", schedule="0 3 * * *", action=nightly_task)])
 add_job(curator, Job("nudge", every_seconds=3600,
                      action=PromptAction(conversation_id="inbox", text="Anything new?")))
 ```
+
+Both are part of the extension's contract (`Worker.contract`, `Job.contract`): a new worker or
+schedule is a new revision.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -22,6 +27,7 @@ from typing import Any, Literal
 
 from croniter import croniter
 
+from extensions_host.sdk.context import Context
 from extensions_host.sdk.contributions import NAME_RE, check_deadline
 from extensions_host.sdk.definition import LIFECYCLE_EVENTS, DefinitionError, Extension
 
@@ -47,7 +53,7 @@ class Worker:
 
     name: str
     wake_on: tuple[str, ...]
-    run: Callable[..., Any]
+    run: Callable[[Context, WorkerWake], object]
     deadline_s: float | None = None
 
     def __init__(
@@ -55,7 +61,7 @@ class Worker:
         name: str,
         *,
         wake_on: Iterable[str],
-        run: Callable[..., Any],
+        run: Callable[[Context, WorkerWake], object],
         deadline_s: float | None = None,
     ) -> None:
         events = tuple(wake_on) if not isinstance(wake_on, str) else (wake_on,)
@@ -77,6 +83,11 @@ class Worker:
         object.__setattr__(self, "wake_on", events)
         object.__setattr__(self, "run", run)
         object.__setattr__(self, "deadline_s", deadline_s)
+
+    def contract(self) -> dict[str, Any]:
+        """What the extension's revision hashes of this worker (not its deadline: like a
+        route's, staff may override it)."""
+        return {"wake_on": sorted(self.wake_on)}
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,7 @@ class Job:
     """
 
     name: str
-    action: Callable[..., Any] | PromptAction
+    action: Callable[[Context, JobRun], object] | PromptAction
     schedule: str | None = None
     every_seconds: int | None = None
     overlap: Overlap = "skip"
@@ -160,6 +171,18 @@ class Job:
     def schedule_text(self) -> str:
         return self.schedule if self.schedule is not None else f"every {self.every_seconds}s"
 
+    def contract(self) -> dict[str, Any]:
+        """What the extension's revision hashes of this job: when and what it runs (not its
+        deadline nor its description)."""
+        action = self.action
+        return {
+            "schedule": self.schedule,
+            "every_seconds": self.every_seconds,
+            "overlap": self.overlap,
+            "catch_up": self.catch_up,
+            "action": dataclasses.asdict(action) if isinstance(action, PromptAction) else "task",
+        }
+
 
 def job_id(extension_id: str, name: str) -> str:
     return f"ext:{extension_id}:{name}"
@@ -173,7 +196,7 @@ def add_worker(extension: Extension, worker: Worker) -> Worker:
     current = workers_of(extension)
     if any(w.name == worker.name for w in current):
         raise DefinitionError(f"Extension {extension.id}: worker {worker.name} is defined twice")
-    extension.workers = (*current, worker)  # type: ignore[attr-defined]
+    extension.workers = (*current, worker)
     return worker
 
 
@@ -187,7 +210,7 @@ def add_job(extension: Extension, job: Job) -> Job:
     current = jobs_of(extension)
     if any(j.name == job.name for j in current):
         raise DefinitionError(f"Extension {extension.id}: job {job.name} is defined twice")
-    extension.jobs = (*current, job)  # type: ignore[attr-defined]
+    extension.jobs = (*current, job)
     return job
 
 
@@ -201,8 +224,8 @@ def _require_grant(extension: Extension, grant: str, what: str) -> None:
 
 
 def workers_of(extension: Extension) -> tuple[Worker, ...]:
-    return tuple(getattr(extension, "workers", ()) or ())
+    return extension.workers
 
 
 def jobs_of(extension: Extension) -> tuple[Job, ...]:
-    return tuple(getattr(extension, "jobs", ()) or ())
+    return extension.jobs

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from django.db import DatabaseError, IntegrityError
 
 from core import clock
+from extensions_host.runtime import deadlines
 from extensions_host.runtime.current import (
     Boundary,
     Frame,
@@ -42,6 +43,7 @@ from extensions_host.services import records as record_store
 
 if TYPE_CHECKING:
     from extensions_host.registry import LoadedExtension
+    from extensions_host.sdk import Context
 
 T = TypeVar("T")
 
@@ -232,7 +234,8 @@ class _Documents:
 
 
 class HookContext:
-    """What a hook receives as `ctx` (implements `extensions_host.sdk.Context`)."""
+    """What a hook receives as `ctx` (implements `extensions_host.sdk.Context`; the handles
+    other apps attach through `register_capability` implement its protocols: `tests/sdk`)."""
 
     def __init__(
         self,
@@ -271,6 +274,11 @@ class HookContext:
         # 12 hex digits of milliseconds (sortable until the year 10889) + 80 random bits
         return f"{clock.now_ms():012x}{secrets.token_hex(10)}"
 
+    def seconds_left(self) -> float | None:
+        # the innermost bounded call running now: this hook's frame, or the route, slash
+        # command, notifier or worker run the context was handed to (or a frame it opened)
+        return deadlines.seconds_left()
+
     def collection(self, name: str) -> CollectionAccess:
         return CollectionAccess(self, name)
 
@@ -294,3 +302,9 @@ class HookContext:
         from extensions_host.runtime.transact import context_transact
 
         return context_transact(self, fn)
+
+
+if TYPE_CHECKING:
+
+    def _implements_context(ctx: HookContext) -> Context:
+        return ctx  # mypy checks HookContext against the SDK's protocol

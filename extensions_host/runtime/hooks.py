@@ -120,12 +120,12 @@ def hook_project(
             projected = hooks["project"](ctx, conversation_id)
             if inspect.isawaitable(projected):
                 return projected  # the frame stops it as an async crossing
-            if projected is not None and definition.projection_schema is not None:
+            if projected is not None:
+                # `project` without `projection_schema` is a DefinitionError at declaration
+                assert definition.projection_schema is not None
                 value = encode_model(
                     definition.projection_schema, projected, MSG_PROJECTION_INVALID
                 )
-            elif projected is not None:
-                raise InvalidResult(MSG_PROJECTION_INVALID)  # no schema declared
         entries = catalog
         adapt = hooks.get("project_catalog")
         if catalog is not None and adapt is not None and projected is not None:

@@ -23,7 +23,26 @@ from extensions_host.background.declarations import (
     add_job,
     add_worker,
 )
-from extensions_host.sdk.context import CollectionHandle, Context, DocumentHandle
+from extensions_host.sdk.context import (
+    AmbientHandle,
+    AttentionHandle,
+    CollectionHandle,
+    Context,
+    DocumentHandle,
+    DocumentsHandle,
+    HostAccessHandle,
+    HostConversationsHandle,
+    HostHandle,
+    HostIdentityHandle,
+    HostUsersHandle,
+    InteractionsHandle,
+    PathsHandle,
+    SecretsHandle,
+    SendHandle,
+    SettingsHandle,
+    StoresHandle,
+    TimersHandle,
+)
 from extensions_host.sdk.contributions import (
     CORE_SLASH_COMMANDS,
     Health,
@@ -73,7 +92,9 @@ from extensions_host.surfaces.types import (
 
 if TYPE_CHECKING:
     from conversations.selectors import RunSettledEvent
+    from core.auth import Principal
     from core.errors import HostError
+    from extensions_host.background.services.reader import EntryPage, EntryRecord
     from extensions_host.background.services.reader import LifecycleEventView as LifecycleEvent
 
 SDK_VERSION = "1.0.0"
@@ -86,6 +107,11 @@ _LAZY: dict[str, tuple[str, str]] = {
     "RunSettledEvent": ("conversations.selectors", "RunSettledEvent"),
     # a lifecycle handler's `event` (`event.kind`, `.data`, `.entry(id)`, `.entries()`, …)
     "LifecycleEvent": ("extensions_host.background.services.reader", "LifecycleEventView"),
+    # what `event.entries(...)` and `event.entry(id)` return
+    "EntryPage": ("extensions_host.background.services.reader", "EntryPage"),
+    "EntryRecord": ("extensions_host.background.services.reader", "EntryRecord"),
+    # `request.principal` in a route; what `ctx.host.access.access_of` takes
+    "Principal": ("core.auth", "Principal"),
     # what a read outside a frame raises on store trouble (`store/unavailable`)
     "HostError": ("core.errors", "HostError"),
 }
@@ -111,7 +137,9 @@ __all__ = [
     "SDK_VERSION",
     "Accepted",
     "AdmissionError",
+    "AmbientHandle",
     "AmbientRecord",
+    "AttentionHandle",
     "AttentionItem",
     "Caller",
     "CatalogEntry",
@@ -123,13 +151,22 @@ __all__ = [
     "DefinitionError",
     "Document",
     "DocumentHandle",
+    "DocumentsHandle",
     "EmptyInput",
+    "EntryPage",
+    "EntryRecord",
     "Extension",
     "ExtensionStop",
     "FileRef",
     "Health",
+    "HostAccessHandle",
+    "HostConversationsHandle",
     "HostError",
+    "HostHandle",
+    "HostIdentityHandle",
+    "HostUsersHandle",
     "InteractionRecord",
+    "InteractionsHandle",
     "Job",
     "JobRun",
     "LifecycleEvent",
@@ -137,6 +174,8 @@ __all__ = [
     "NotReady",
     "NotificationEvent",
     "Notifier",
+    "PathsHandle",
+    "Principal",
     "Prompt",
     "PromptAction",
     "PromptSection",
@@ -147,10 +186,15 @@ __all__ = [
     "RunInfo",
     "RunSettledEvent",
     "SdkError",
+    "SecretsHandle",
+    "SendHandle",
+    "SettingsHandle",
     "SlashCommand",
     "SlashInvocation",
     "StateError",
+    "StoresHandle",
     "TimerEvent",
+    "TimersHandle",
     "Tool",
     "ToolModule",
     "WebUIBundle",

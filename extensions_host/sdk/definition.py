@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,9 +25,28 @@ from extensions_host.sdk.contributions import (
     WebUIBundle,
     check_deadline,
 )
+from extensions_host.sdk.hooks import (
+    CatalogHookT,
+    CommandHookT,
+    ContextHookT,
+    LifecycleHookT,
+    NotifierHookT,
+    ProjectHookT,
+    RouteHookT,
+    RunHookT,
+    SettledHookT,
+    SlashHookT,
+    TimerHookT,
+    ToolHookT,
+)
 from extensions_host.sdk.models import EmptyInput
 
+if TYPE_CHECKING:
+    from extensions_host.background.declarations import Job, Worker
+
 M = TypeVar("M", bound=BaseModel)
+F = TypeVar("F", bound=Callable[..., Any])
+# how hooks are stored, by slot (the decorators check their signatures: `sdk/hooks.py`)
 Hook = Callable[..., Any]
 
 # Matched whole (`\A…\Z`: `$` would let "foo\n" through). Names: `NAME_RE` (contributions).
@@ -79,6 +98,12 @@ HOOK_GRANTS: dict[str, str | None] = {
 
 MAX_KEY_CHARS = 256
 MAX_RECORD_BYTES = 1024 * 1024
+
+
+# the `projection` grant and the `project` hook: a projection is always encoded with its schema
+MSG_PROJECTION_SCHEMA = (
+    "Extension {id}: a projection needs projection_schema=<the pydantic model project returns>"
+)
 
 
 class DefinitionError(ValueError):
@@ -229,6 +254,8 @@ class Extension:
         skills: Iterable[str] = (),
         webui_bundles: Iterable[WebUIBundle] = (),
         settings_model: type[BaseModel] | None = None,
+        workers: Iterable[Worker] = (),
+        jobs: Iterable[Job] = (),
     ) -> None:
         # A contributor-only extension (providers, skills, bundles; no hooks, no state) may
         # identify itself by `name` alone (spec 05).
@@ -249,6 +276,8 @@ class Extension:
         check_deadline(deadline_s, f"Extension {id}")
         if projection_schema is not None:
             _require_model(projection_schema, f"Extension {id}: projection_schema")
+        elif "projection" in requested:
+            raise DefinitionError(MSG_PROJECTION_SCHEMA.format(id=id))
         self.id = id
         self.version = version
         self.grants = requested
@@ -293,6 +322,16 @@ class Extension:
         for bundle in webui_bundles:
             self.contributions.add_bundle(id, bundle)
         self._check_contribution_grants()
+        self.workers: tuple[Worker, ...] = ()
+        self.jobs: tuple[Job, ...] = ()
+        if workers or jobs:
+            # imported here: the declarations module imports this one
+            from extensions_host.background.declarations import add_job, add_worker
+
+            for worker in workers:
+                add_worker(self, worker)
+            for job in jobs:
+                add_job(self, job)
         # The defining module: its source is part of the code fingerprint.
         self.module_name: str = sys._getframe(1).f_globals.get("__name__", "")
 
@@ -316,10 +355,10 @@ class Extension:
         auth: Literal["user", "admin", "public"] = "user",
         body_limit: int | None = None,
         deadline_s: float | None = None,
-    ) -> Callable[[Hook], Hook]:
+    ) -> Callable[[RouteHookT], RouteHookT]:
         """`@ext.route("POST", "inbound", auth="public")` → `handler(ctx, request)`."""
 
-        def decorate(fn: Hook) -> Hook:
+        def decorate(fn: RouteHookT) -> RouteHookT:
             options: dict[str, Any] = {"auth": auth, "deadline_s": deadline_s}
             if body_limit is not None:
                 options["body_limit"] = body_limit
@@ -336,11 +375,11 @@ class Extension:
         description: str = "",
         args_hint: str = "",
         deadline_s: float | None = None,
-    ) -> Callable[[Hook], Hook]:
+    ) -> Callable[[SlashHookT], SlashHookT]:
         """`@ext.slash("todo", description=…, deadline_s=None)` → `run(ctx, invocation)`;
         `deadline_s` as `SlashCommand`'s (the request deadline by default)."""
 
-        def decorate(fn: Hook) -> Hook:
+        def decorate(fn: SlashHookT) -> SlashHookT:
             command = SlashCommand(
                 name, fn, description=description, args_hint=args_hint, deadline_s=deadline_s
             )
@@ -350,20 +389,22 @@ class Extension:
 
         return decorate
 
-    def notifier(self, name: str, *, deadline_s: float | None = None) -> Callable[[Hook], Hook]:
+    def notifier(
+        self, name: str, *, deadline_s: float | None = None
+    ) -> Callable[[NotifierHookT], NotifierHookT]:
         """`@ext.notifier("ntfy", deadline_s=None)` → `notify(ctx, event)`; `deadline_s` as
         `Notifier`'s (the worker deadline by default)."""
 
-        def decorate(fn: Hook) -> Hook:
+        def decorate(fn: NotifierHookT) -> NotifierHookT:
             self.contributions.add_notifier(self.id, Notifier(name, fn, deadline_s=deadline_s))
             self._check_contribution_grants()
             return fn
 
         return decorate
 
-    # --- hook decorators ------------------------------------------------------------------
+    # --- hook decorators (each returns the function as given: `sdk/hooks.py`) ------------
 
-    def _slot(self, slot: str, fn: Hook) -> Hook:
+    def _slot(self, slot: str, fn: F) -> F:
         if not callable(fn):
             raise DefinitionError(f"Extension {self.id}: {slot} must decorate a function")
         if slot in self.hooks.single:
@@ -371,53 +412,60 @@ class Extension:
         self.hooks.single[slot] = fn
         return fn
 
-    def activate(self, fn: Hook) -> Hook:
+    def activate(self, fn: ContextHookT) -> ContextHookT:
         """`activate(ctx)`: per-process, read-only setup; runs again after a resume."""
         return self._slot("activate", fn)
 
-    def on_timer(self, fn: Hook) -> Hook:
+    def on_timer(self, fn: TimerHookT) -> TimerHookT:
         """`on_timer(ctx, timer: TimerEvent)` (grant `timers`)."""
         return self._slot("on_timer", fn)
 
-    def on_settled(self, fn: Hook) -> Hook:
+    def on_settled(self, fn: SettledHookT) -> SettledHookT:
         """`on_settled(ctx, runs)` — an ordered batch of settled runs (grant `settled`)."""
         return self._slot("on_settled", fn)
 
-    def project(self, fn: Hook) -> Hook:
+    def project(self, fn: ProjectHookT) -> ProjectHookT:
         """`project(ctx, conversation_id) -> projection_schema | None`, read-only."""
+        if self.projection_schema is None:
+            raise DefinitionError(MSG_PROJECTION_SCHEMA.format(id=self.id))
         return self._slot("project", fn)
 
-    def project_catalog(self, fn: Hook) -> Hook:
+    def project_catalog(self, fn: CatalogHookT) -> CatalogHookT:
         """`project_catalog(value, catalog) -> list[CatalogEntry]` (or `project_catalog(value)`):
         adapt the command catalog to the projected value (read-only)."""
         return self._slot("project_catalog", fn)
 
-    def prompt(self, fn: Hook) -> Hook:
+    def prompt(self, fn: RunHookT) -> RunHookT:
         """`prompt(ctx, run) -> [{name, text}]`, read-only (grant `prompt`)."""
         return self._slot("prompt", fn)
 
-    def module_for_run(self, fn: Hook) -> Hook:
+    def module_for_run(self, fn: RunHookT) -> RunHookT:
+        """`module_for_run(ctx, run) -> ToolModule | list[str] | None` (grant `run_tools`)."""
         return self._slot("module_for_run", fn)
 
-    def files_for_run(self, fn: Hook) -> Hook:
+    def files_for_run(self, fn: RunHookT) -> RunHookT:
+        """`files_for_run(ctx, run) -> list[FileRef]` (grant `files`)."""
         return self._slot("files_for_run", fn)
 
-    def compaction_handoff(self, fn: Hook) -> Hook:
+    def compaction_handoff(self, fn: RunHookT) -> RunHookT:
+        """`compaction_handoff(ctx, run) -> JSON | None` (grant `compaction_handoff`)."""
         return self._slot("compaction_handoff", fn)
 
-    def health(self, fn: Hook) -> Hook:
+    def health(self, fn: ContextHookT) -> ContextHookT:
+        """`health(ctx) -> Health`."""
         return self._slot("health", fn)
 
-    def shutdown(self, fn: Hook) -> Hook:
+    def shutdown(self, fn: ContextHookT) -> ContextHookT:
+        """`shutdown(ctx)`: best effort, as a worker process exits (grant `lifecycle`)."""
         return self._slot("shutdown", fn)
 
-    def on_lifecycle(self, event: str) -> Callable[[Hook], Hook]:
+    def on_lifecycle(self, event: str) -> Callable[[LifecycleHookT], LifecycleHookT]:
         """`@ext.on_lifecycle("conversation_forked")` → `handler(ctx, event)` (grant
         `lifecycle`)."""
         if event not in LIFECYCLE_EVENTS:
             raise DefinitionError(f"Extension {self.id}: unknown lifecycle event {event!r}")
 
-        def decorate(fn: Hook) -> Hook:
+        def decorate(fn: LifecycleHookT) -> LifecycleHookT:
             if event in self.hooks.lifecycle:
                 raise DefinitionError(f"Extension {self.id}: {event} handler is defined twice")
             self.hooks.lifecycle[event] = fn
@@ -434,7 +482,7 @@ class Extension:
         output: type[BaseModel] | None = _UNSET,
         admin_only: bool = _UNSET,
         description: str = _UNSET,
-    ) -> Callable[[Hook], Hook]:
+    ) -> Callable[[CommandHookT], CommandHookT]:
         """Declare a command and its handler, or attach the handler of a command declared in
         `commands=`. Handlers: `(ctx, conversation_id, data)` for conversation scope,
         `(ctx, data)` for global scope; the return value is the response."""
@@ -457,7 +505,7 @@ class Extension:
                 raise DefinitionError(f"Extension {self.id}: command name {name!r} is invalid")
             self.commands[name] = Command(**given)
 
-        def decorate(fn: Hook) -> Hook:
+        def decorate(fn: CommandHookT) -> CommandHookT:
             if name in self.hooks.commands:
                 raise DefinitionError(
                     f"Extension {self.id}: command {name} handler is defined twice"
@@ -473,14 +521,14 @@ class Extension:
         *,
         input: type[BaseModel],
         description: str = "",
-    ) -> Callable[[Hook], Hook]:
+    ) -> Callable[[ToolHookT], ToolHookT]:
         """Declare a tool of the run module: `handler(ctx, run, arguments)` (grant
         `run_tools`)."""
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise DefinitionError(f"Extension {self.id}: tool name {name!r} is invalid")
         _require_model(input, f"Extension {self.id}: tool {name} input")
 
-        def decorate(fn: Hook) -> Hook:
+        def decorate(fn: ToolHookT) -> ToolHookT:
             if name in self.hooks.tools:
                 raise DefinitionError(f"Extension {self.id}: tool {name} is defined twice")
             self.hooks.tools[name] = Tool(
@@ -541,12 +589,17 @@ class Extension:
             ) from exc
 
     def _contributions_contract(self) -> dict[str, Any]:
-        # only what is present: an extension without contributions keeps its revision
+        # only what is present: an extension without contributions, workers or jobs keeps its
+        # revision
         extra: dict[str, Any] = self.contributions.contract()
         if self.name != self.id:
             extra["name"] = self.name
         if self.settings_model is not None:
             extra["settings_schema"] = self.settings_model.model_json_schema()
+        if self.workers:
+            extra["workers"] = {worker.name: worker.contract() for worker in self.workers}
+        if self.jobs:
+            extra["jobs"] = {job.name: job.contract() for job in self.jobs}
         return extra
 
 

@@ -83,8 +83,9 @@ class AttentionItem(_Strict):
 class InteractionRecord(_Strict):
     """A pending question or approval put to the user of a conversation.
 
-    `created_at`/`settled_at` (epoch ms) are stamped by the host; values given when seeding are
-    ignored.
+    `extension` (the owner) and `created_at`/`settled_at` (epoch ms) are stamped by the host;
+    values given when seeding are ignored. A snapshot (`ctx.interactions.snapshot`) is this
+    record as JSON data: `InteractionRecord.model_validate(snapshot)` reads it back.
     """
 
     call_id: str = Field(min_length=1, max_length=128)
@@ -93,6 +94,7 @@ class InteractionRecord(_Strict):
     options: list[str] | None = Field(default=None, max_length=32)
     status: InteractionStatus = "pending"
     answer: Any = None
+    extension: str | None = None
     created_at: StrictInt | None = None
     settled_at: StrictInt | None = None
 

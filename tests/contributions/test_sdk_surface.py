@@ -58,7 +58,7 @@ def test_the_settled_and_lifecycle_event_types_are_the_ones_hooks_receive():
 
     assert Exported is RunSettledEvent
     assert LifecycleEvent is LifecycleEventView
-    assert set(sdk.__all__) <= set(dir(sdk)) | {"RunSettledEvent", "LifecycleEvent", "HostError"}
+    assert set(sdk.__all__) <= set(dir(sdk)) | set(sdk._LAZY)
 
 
 def test_importing_the_sdk_imports_neither_the_orm_models_nor_the_runtime():

@@ -28,7 +28,7 @@ from extensions_host.services.roster import extension_resume
 from extensions_host.surfaces.live import KINDS, changed_kinds, conversation_digests
 
 from .conftest import in_frame
-from .exts import make_ext
+from .exts import Empty, make_ext
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_SECONDS = 5.0
@@ -211,7 +211,10 @@ def test_a_stop_and_a_resume_reach_the_stream_as_a_projection_change(
     """An extension with only a projection has nothing in the conversation whose version a
     stop would move, yet every projection slot shows the stop: the stream watches the roster
     too (on PostgreSQL woken by the stop's hint, on SQLite at its next poll)."""
-    install(make_ext("watch", grants={"attention"}), make_ext("slot", grants={"projection"}))
+    install(
+        make_ext("watch", grants={"attention"}),
+        make_ext("slot", grants={"projection"}, projection_schema=Empty),
+    )
     server = stream_server()
     url = f"{server.base}/v1/conversations/c1/events"
     with httpx.Client(timeout=httpx.Timeout(10.0)) as client:

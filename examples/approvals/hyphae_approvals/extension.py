@@ -20,7 +20,7 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
@@ -30,6 +30,7 @@ from extensions_host.sdk import (
     AttentionItem,
     Collection,
     CommandError,
+    Context,
     Extension,
     InteractionRecord,
     Job,
@@ -38,6 +39,9 @@ from extensions_host.sdk import (
     TimerEvent,
     add_job,
 )
+
+if TYPE_CHECKING:  # imported for the annotations only
+    from django.http import HttpRequest
 
 KIND = "approval"
 AMBIENT_KEY = "approvals"
@@ -136,7 +140,7 @@ approvals = Extension(
 )
 
 
-def settings_of(ctx: Any) -> ApprovalsSettings:
+def settings_of(ctx: Context) -> ApprovalsSettings:
     return ApprovalsSettings.model_validate(ctx.stores.settings.get())
 
 
@@ -150,7 +154,7 @@ def settings_of(ctx: Any) -> ApprovalsSettings:
     output=RequestOutput,
     description="Ask this conversation's user to approve something",
 )
-def request(ctx: Any, conversation_id: str, data: RequestInput) -> RequestOutput:
+def request(ctx: Context, conversation_id: str, data: RequestInput) -> RequestOutput:
     now = ctx.now_ms()
     approval = Approval(
         id=ctx.new_id(),
@@ -190,7 +194,7 @@ def _waiting_item(approval: Approval, *, level: Literal["action", "warning"]) ->
     )
 
 
-def _refresh_ambient(ctx: Any, conversation_id: str) -> None:
+def _refresh_ambient(ctx: Context, conversation_id: str) -> None:
     """The header surface: how many approvals wait in this conversation, and which."""
     pending = [a for a in _approvals_of(ctx, conversation_id) if a.status == "pending"]
     if not pending:
@@ -210,7 +214,7 @@ def _refresh_ambient(ctx: Any, conversation_id: str) -> None:
     )
 
 
-def _approvals_of(ctx: Any, conversation_id: str) -> list[Approval]:
+def _approvals_of(ctx: Context, conversation_id: str) -> list[Approval]:
     found: list[Approval] = []
     after: str | None = None
     for _ in range(PAGES):
@@ -225,7 +229,7 @@ def _approvals_of(ctx: Any, conversation_id: str) -> list[Approval]:
 # --- deciding ---------------------------------------------------------------------------------
 
 
-def _record(ctx: Any, approval: Approval, status: Status, *, via: str, by: str) -> Approval:
+def _record(ctx: Context, approval: Approval, status: Status, *, via: str, by: str) -> Approval:
     """Store a decision: the approval, the open set, its attention item and the header."""
     decided = approval.model_copy(
         update={"status": status, "via": via, "decided_by": by, "decided_at": ctx.now_ms()}
@@ -237,7 +241,7 @@ def _record(ctx: Any, approval: Approval, status: Status, *, via: str, by: str) 
     return decided
 
 
-def _from_snapshot(ctx: Any, approval: Approval, snapshot: dict[str, Any] | None) -> Approval:
+def _from_snapshot(ctx: Context, approval: Approval, snapshot: dict[str, Any] | None) -> Approval:
     """Record what the interaction says, if it is no longer pending."""
     if snapshot is None:
         return _record(ctx, approval, "cancelled", via="cancel", by="host")
@@ -252,7 +256,7 @@ def _from_snapshot(ctx: Any, approval: Approval, snapshot: dict[str, Any] | None
 
 
 def decide_in(
-    ctx: Any, conversation_id: str, approval_id: str, decision: str, *, via: str, by: str
+    ctx: Context, conversation_id: str, approval_id: str, decision: str, *, via: str, by: str
 ) -> DecideOutput:
     """Decide inside a frame (the `decide` command, or the route's `ctx.transact`)."""
     approval = ctx.collection("approval").get(approval_id)
@@ -279,12 +283,12 @@ def decide_in(
     output=DecideOutput,
     description="Approve or reject a pending approval",
 )
-def decide(ctx: Any, conversation_id: str, data: DecideInput) -> DecideOutput:
+def decide(ctx: Context, conversation_id: str, data: DecideInput) -> DecideOutput:
     by = ctx.caller.username if ctx.caller else ""
     return decide_in(ctx, conversation_id, data.id, data.decision, via="decide", by=by)
 
 
-def reconcile(ctx: Any) -> int:
+def reconcile(ctx: Context) -> int:
     """Pick up answers given through the host's interaction API and expire overdue approvals;
     keep the reconcile timer while anything is pending. Returns how many are still pending."""
     now = ctx.now_ms()
@@ -312,12 +316,12 @@ def reconcile(ctx: Any) -> int:
 
 
 @approvals.on_timer
-def on_timer(ctx: Any, timer: TimerEvent) -> None:
+def on_timer(ctx: Context, timer: TimerEvent) -> None:
     if timer.key == RECONCILE:
         reconcile(ctx)
 
 
-def daily(ctx: Any, run: JobRun) -> dict[str, int]:
+def daily(ctx: Context, run: JobRun) -> dict[str, int]:
     """The daily job: reconcile, then escalate approvals waiting more than a day."""
     reconcile(ctx)
     escalated = 0
@@ -350,7 +354,7 @@ add_job(approvals, Job("daily", schedule="0 8 * * *", action=daily))
     admin_only=True,
     description="Set the notifier's webhook URL; rotate the callback token (shown once)",
 )
-def configure(ctx: Any, data: ConfigureInput) -> dict[str, Any]:
+def configure(ctx: Context, data: ConfigureInput) -> dict[str, Any]:
     current = settings_of(ctx)
     ctx.stores.settings.set(
         current.model_copy(update={"webhook_url": data.webhook_url}).model_dump(mode="json")
@@ -364,7 +368,7 @@ def configure(ctx: Any, data: ConfigureInput) -> dict[str, Any]:
 
 
 @approvals.route("POST", "callback", auth="public", body_limit=16 * 1024)
-def callback(ctx: Any, request: Any) -> Any:
+def callback(ctx: Context, request: HttpRequest) -> Any:
     """An external system decides: `{conversation_id, id, decision, by?}` with the token."""
     from django.http import JsonResponse
 
@@ -389,7 +393,7 @@ def callback(ctx: Any, request: Any) -> Any:
 
 
 @approvals.notifier("log")
-def log(ctx: Any, event: NotificationEvent) -> None:
+def log(ctx: Context, event: NotificationEvent) -> None:
     """Every host notification, as one JSON line in the data directory — or POSTed to the
     `webhook_url` setting. A failure is retried by the host with backoff (never a stop)."""
     line = event.model_dump(mode="json")

@@ -11,11 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from extensions_host.sdk import Collection, Extension, ExtensionStop, TimerEvent
+from extensions_host.sdk import (
+    Collection,
+    Context,
+    EmptyInput,
+    Extension,
+    ExtensionStop,
+    RunInfo,
+    TimerEvent,
+)
+
+if TYPE_CHECKING:  # Django-backed: imported for the annotations only
+    from django.http import HttpRequest
+
+    from extensions_host.sdk import LifecycleEvent, RunSettledEvent
 
 Fault = Literal["off", "raise", "sleep", "async", "outside", "bad_projection", "stop"]
 HOOKS = (
@@ -76,14 +89,14 @@ chaos = Extension(
 # The context of the last frame this process ran: the `outside` fault writes with it later,
 # when that frame is over (a write outside the extension's own frame). A process that has not
 # run a frame of chaos yet has none: its first `outside` hook only remembers its context.
-_earlier: list[Any] = []
+_earlier: list[Context] = []
 
 
-def config(ctx: Any) -> ChaosSettings:
+def config(ctx: Context) -> ChaosSettings:
     return ChaosSettings.model_validate(ctx.stores.settings.get())
 
 
-def hit(ctx: Any, hook: str) -> None:
+def hit(ctx: Context, hook: str) -> None:
     ctx.collection("hit").put(Hit(key=f"{hook}:{ctx.new_id()}", hook=hook, at=ctx.now_ms()))
 
 
@@ -91,11 +104,11 @@ async def _later() -> None:
     await asyncio.sleep(0)
 
 
-def remember(ctx: Any) -> None:
+def remember(ctx: Context) -> None:
     _earlier[:] = [ctx]
 
 
-def misbehave(ctx: Any, hook: str, *, in_frame: bool = True) -> Any:
+def misbehave(ctx: Context, hook: str, *, in_frame: bool = True) -> Any:
     """Do the configured fault if it applies to `hook`; return what the hook should return."""
     cfg = config(ctx)
     applies = cfg.fault != "off" and (not cfg.hooks or hook in cfg.hooks)
@@ -118,25 +131,25 @@ def misbehave(ctx: Any, hook: str, *, in_frame: bool = True) -> Any:
 
 
 @chaos.on_timer
-def on_timer(ctx: Any, timer: TimerEvent) -> Any:
+def on_timer(ctx: Context, timer: TimerEvent) -> Any:
     hit(ctx, "on_timer")
     return misbehave(ctx, "on_timer")
 
 
 @chaos.on_settled
-def on_settled(ctx: Any, runs: list[Any]) -> Any:
+def on_settled(ctx: Context, runs: list[RunSettledEvent]) -> Any:
     hit(ctx, "on_settled")
     return misbehave(ctx, "on_settled")
 
 
 @chaos.on_lifecycle("conversation_created")
-def on_created(ctx: Any, event: Any) -> Any:
+def on_created(ctx: Context, event: LifecycleEvent) -> Any:
     hit(ctx, "conversation_created")
     return misbehave(ctx, "conversation_created")
 
 
 @chaos.project
-def project(ctx: Any, conversation_id: str) -> Any:
+def project(ctx: Context, conversation_id: str) -> Any:
     cfg = config(ctx)
     if cfg.fault == "bad_projection" and (not cfg.hooks or "project" in cfg.hooks):
         return {"fault": "not one of the declared values"}
@@ -144,18 +157,18 @@ def project(ctx: Any, conversation_id: str) -> Any:
 
 
 @chaos.prompt
-def prompt(ctx: Any, run: Any) -> Any:
+def prompt(ctx: Context, run: RunInfo) -> Any:
     return misbehave(ctx, "prompt") or []
 
 
 @chaos.command("poke", scope="conversation", description="Run the fault in a command frame")
-def poke(ctx: Any, conversation_id: str, data: Any) -> Any:
+def poke(ctx: Context, conversation_id: str, data: EmptyInput) -> Any:
     hit(ctx, "command poke")
     return misbehave(ctx, "command poke") or {"poked": True}
 
 
 @chaos.command("arm", scope="conversation", input=ArmInput, description="Set a timer")
-def arm(ctx: Any, conversation_id: str, data: ArmInput) -> dict[str, Any]:
+def arm(ctx: Context, conversation_id: str, data: ArmInput) -> dict[str, Any]:
     due_at = ctx.now_ms() + data.in_seconds * 1000
     ctx.timers.set(data.key, due_at)
     return {"key": data.key, "due_at": due_at}
@@ -168,14 +181,14 @@ def arm(ctx: Any, conversation_id: str, data: ArmInput) -> dict[str, Any]:
     admin_only=True,
     description="Choose the fault (off, raise, sleep, async, outside, bad_projection, stop)",
 )
-def fault(ctx: Any, data: ChaosSettings) -> dict[str, Any]:
+def fault(ctx: Context, data: ChaosSettings) -> dict[str, Any]:
     ctx.stores.settings.set(data.model_dump(mode="json"))
     remember(ctx)  # so the next hook of this process has an earlier frame's context
     return data.model_dump(mode="json")
 
 
 @chaos.route("POST", "poke")
-def poke_route(ctx: Any, request: Any) -> Any:
+def poke_route(ctx: Context, request: HttpRequest) -> Any:
     cfg = config(ctx)
     if cfg.fault == "outside" and (not cfg.hooks or "route POST poke" in cfg.hooks):
         hit(ctx, "route POST poke (outside)")  # no frame is open here: a defect

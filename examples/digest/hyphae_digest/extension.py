@@ -13,19 +13,25 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from extensions_host.sdk import (
     AttentionItem,
+    Context,
     Document,
     Extension,
+    RunInfo,
     StateError,
     Worker,
     WorkerWake,
     add_worker,
 )
+
+if TYPE_CHECKING:  # Django-backed: imported for the annotations only
+    from extensions_host.sdk import RunSettledEvent
 
 RECENT = 5
 EXCERPT = 200
@@ -69,7 +75,7 @@ def answer_text(outcome: dict[str, Any]) -> str:
     return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
 
 
-def fold(current: Digest, runs: list[Any], now_ms: int) -> Digest:
+def fold(current: Digest, runs: list[RunSettledEvent], now_ms: int) -> Digest:
     """The document after these runs (pure; runs it already holds are skipped)."""
     doc = current.model_copy(deep=True)
     for run in runs:
@@ -105,14 +111,14 @@ def render(doc: Digest) -> str:
 
 
 @digest.on_settled
-def on_settled(ctx: Any, runs: list[Any]) -> None:
-    by_conversation: dict[str, list[Any]] = defaultdict(list)
+def on_settled(ctx: Context, runs: list[RunSettledEvent]) -> None:
+    by_conversation: dict[str, list[RunSettledEvent]] = defaultdict(list)
     for run in runs:
         by_conversation[run.conversation_id].append(run)
     for conversation_id, settled in by_conversation.items():
         try:
             ctx.document("summary").update(
-                conversation_id, lambda doc, s=settled: fold(doc, s, ctx.now_ms())
+                conversation_id, partial(fold, runs=settled, now_ms=ctx.now_ms())
             )
         except StateError as exc:
             if exc.kind != "bound":
@@ -122,14 +128,14 @@ def on_settled(ctx: Any, runs: list[Any]) -> None:
 
 
 @digest.prompt
-def prompt(ctx: Any, run: Any) -> list[dict[str, str]]:
+def prompt(ctx: Context, run: RunInfo) -> list[dict[str, str]]:
     doc = ctx.document("summary").read(run.conversation_id)
     if doc.runs == 0:
         return []
     return [{"name": "summary", "text": render(doc)}]
 
 
-def nudge(ctx: Any, wake: WorkerWake) -> None:
+def nudge(ctx: Context, wake: WorkerWake) -> None:
     """Runs outside any transaction (it could call a slow summariser here); writes through
     `ctx.transact`."""
     if not wake.conversation_id:

@@ -22,6 +22,7 @@ from extensions_host.sdk import (
     AttentionItem,
     Collection,
     CommandError,
+    Context,
     Extension,
     Prompt,
     Retry,
@@ -117,7 +118,7 @@ def attention_id(reminder_id: str) -> str:
     output=RemindOutput,
     description="Remind this conversation of `text` after `in_seconds` seconds",
 )
-def remind(ctx: Any, conversation_id: str, data: RemindInput) -> RemindOutput:
+def remind(ctx: Context, conversation_id: str, data: RemindInput) -> RemindOutput:
     reminder = Reminder(
         id=ctx.new_id(),
         conversation_id=conversation_id,
@@ -129,7 +130,7 @@ def remind(ctx: Any, conversation_id: str, data: RemindInput) -> RemindOutput:
     return RemindOutput(id=reminder.id, due_at=reminder.due_at)
 
 
-def _own(ctx: Any, conversation_id: str, reminder_id: str) -> Reminder:
+def _own(ctx: Context, conversation_id: str, reminder_id: str) -> Reminder:
     reminder = ctx.collection("reminder").get(reminder_id)
     if reminder is None or reminder.conversation_id != conversation_id:
         raise CommandError("not_found", "Reminder not found")
@@ -139,7 +140,7 @@ def _own(ctx: Any, conversation_id: str, reminder_id: str) -> Reminder:
 @reminders.command(
     "cancel", scope="conversation", input=ReminderRef, description="Cancel a pending reminder"
 )
-def cancel(ctx: Any, conversation_id: str, data: ReminderRef) -> dict[str, str]:
+def cancel(ctx: Context, conversation_id: str, data: ReminderRef) -> dict[str, str]:
     reminder = _own(ctx, conversation_id, data.id)
     if reminder.status != "pending":
         raise CommandError("conflict", f"Reminder is {reminder.status}, not pending")
@@ -151,13 +152,13 @@ def cancel(ctx: Any, conversation_id: str, data: ReminderRef) -> dict[str, str]:
 @reminders.command(
     "dismiss", scope="conversation", input=ReminderRef, description="Dismiss a due reminder"
 )
-def dismiss(ctx: Any, conversation_id: str, data: ReminderRef) -> dict[str, bool]:
+def dismiss(ctx: Context, conversation_id: str, data: ReminderRef) -> dict[str, bool]:
     _own(ctx, conversation_id, data.id)
     return {"dismissed": ctx.attention.clear(conversation_id, attention_id(data.id))}
 
 
 @reminders.on_timer
-def due(ctx: Any, timer: TimerEvent) -> None:
+def due(ctx: Context, timer: TimerEvent) -> None:
     store = ctx.collection("reminder")
     reminder = store.get(timer.key)
     if reminder is None or reminder.status != "pending":
@@ -191,7 +192,7 @@ def due(ctx: Any, timer: TimerEvent) -> None:
 
 
 @reminders.project
-def project(ctx: Any, conversation_id: str) -> RemindersView:
+def project(ctx: Context, conversation_id: str) -> RemindersView:
     pending: list[Reminder] = []
     after: str | None = None
     for _ in range(PROJECTION_PAGES):

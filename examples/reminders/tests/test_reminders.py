@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hyphae_reminders.extension import Reminder, reminders
+from hyphae_reminders.extension import Reminder, RemindersView, reminders
 from pydantic import BaseModel
 
 from conversations.services import conversation_update
@@ -169,6 +169,7 @@ def reminders_v1() -> Extension:
                 ReminderV1, key=lambda r: r.id, index=lambda r: r.conversation_id
             )
         },
+        projection_schema=RemindersView,
     )
 
 

@@ -46,7 +46,8 @@ SETTLE_STATUSES = frozenset({"skipped", "expired", "cancelled"})
 
 
 def interaction_wire(row: Interaction) -> dict[str, Any]:
-    """The record as extensions and the API see it (`created_at`/`settled_at`: epoch ms)."""
+    """The record as extensions and the API see it: the fields of the SDK's `InteractionRecord`
+    (`created_at`/`settled_at`: epoch ms), which reads it back."""
     return {
         "call_id": row.call_id,
         "extension": row.extension_id,
@@ -130,7 +131,7 @@ def interaction_settle(*, frame: Frame, conversation_id: str, call_id: Any, stat
 def interaction_snapshot(
     *, extension_id: str, conversation_id: str, call_id: Any
 ) -> dict[str, Any] | None:
-    """The extension's record, or None."""
+    """The extension's record (`interaction_wire`), or None."""
     if not (_call_id_usable(call_id) and conversation_id_valid(conversation_id)):
         return None
     row = Interaction.objects.filter(
