@@ -70,7 +70,7 @@ class World(models.Model):
     # +1 by every call that writes an operation's state, which can change the projection
     # without an event (`WorldMutation.flush`); with the sequence it makes
     # `selectors.artifacts_version`, what the inspector and the event stream watch
-    state_version = models.PositiveBigIntegerField(default=0)
+    state_version = models.PositiveBigIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -579,6 +579,14 @@ try:
     ]
 except ValueError as exc:
     raise ImproperlyConfigured(f"HOST_METRICS_NETWORKS: {exc}") from exc
+# prometheus_client's multiprocess mode reads it from the environment: a folder that does not
+# exist fails every request (no histogram can be written), so the start is refused instead.
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+if PROMETHEUS_MULTIPROC_DIR and not Path(PROMETHEUS_MULTIPROC_DIR).is_dir():
+    raise ImproperlyConfigured(
+        "PROMETHEUS_MULTIPROC_DIR must be an existing folder (create it before the processes "
+        f"start), got {PROMETHEUS_MULTIPROC_DIR!r}"
+    )
 # Request durations for /metrics; a strict Content-Security-Policy (django-csp) on every
 # response, since pages render model- and extension-produced content: scripts only from this
 # origin (never inline), nothing framed, no plugins. Inline style attributes stay allowed (the

@@ -183,12 +183,23 @@ def test_after_rotating_the_key_secrets_still_read_and_reencryption_moves_every_
     assert vault.stores.secrets.get("b") == "beta-secret"
 
 
-def test_a_secret_under_a_lost_key_is_unavailable_not_a_crash(vault, settings):
+def test_a_secret_under_a_lost_key_is_unavailable_not_a_crash(vault, settings, caplog):
     settings.HOST_SECRET_KEY = "lost-key"
     vault.stores.secrets.set("a", "alpha")
+    _, lost_id, _ = stores.keyring()
     settings.HOST_SECRET_KEY = "other-key"
     with pytest.raises(StateError, match="cannot be decrypted"):
         vault.stores.secrets.get("a")
+    # the log names what the operator must put back, and never the value
+    (line,) = [r for r in caplog.records if r.getMessage() == "secret_unreadable"]
+    assert (line.levelname, line.extension_id, line.key, line.key_id) == (
+        "ERROR",
+        vault.extension_id,
+        "a",
+        lost_id,
+    )
+    assert "HOST_SECRET_KEYS_OLD" in line.fix
+    assert "alpha" not in caplog.text
     with pytest.raises(Exception, match="cannot be decrypted"):
         call_command("secrets_reencrypt")
 

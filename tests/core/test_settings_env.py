@@ -312,6 +312,12 @@ def test_beat_ticks_at_the_interval_dotenv_sets(project):
         ("DEBUG", "maybe", "DEBUG must be true or false (also 1/0, yes/no, on/off), got 'maybe'"),
         ("HOST_AUTH", "off", "HOST_AUTH must be 'on' or 'none', got 'off'"),
         ("AGENT_RUNTIME", "llm", "AGENT_RUNTIME must be 'echo' or 'external', got 'llm'"),
+        (
+            "PROMETHEUS_MULTIPROC_DIR",
+            "/nonexistent/metrics",
+            "PROMETHEUS_MULTIPROC_DIR must be an existing folder (create it before the processes "
+            "start), got '/nonexistent/metrics'",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, value, message):

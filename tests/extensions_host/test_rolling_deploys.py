@@ -104,23 +104,7 @@ def test_no_migration_adds_a_not_null_column_without_a_database_default():
 
 @pytest.mark.parametrize(
     ("app", "model", "field"),
-    [
-        pytest.param(
-            app,
-            model,
-            field,
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="artifacts/ has its own owner: World.state_version needs "
-                    "db_default=0 and its migration (reported)",
-                )
-            ]
-            if app == "artifacts"
-            else [],
-        )
-        for (app, _), (model, field) in BEFORE_THE_RULE.items()
-    ],
+    [(app, model, field) for (app, _), (model, field) in BEFORE_THE_RULE.items()],
 )
 def test_each_column_added_before_the_rule_has_a_database_default_now(app, model, field):
     assert not needs_db_default(apps.get_model(app, model)._meta.get_field(field))

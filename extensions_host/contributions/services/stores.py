@@ -126,10 +126,26 @@ def secret_value_check(value: Any) -> str:
 def secret_get(*, extension_id: str, key: str) -> str | None:
     row = (
         ExtensionSecret.objects.filter(extension_id=extension_id, key=secret_key_check(key))
-        .only("ciphertext")
+        .only("ciphertext", "key_id")
         .first()
     )
-    return None if row is None else decrypt(row.ciphertext)
+    if row is None:
+        return None
+    try:
+        return decrypt(row.ciphertext)
+    except StateError:
+        # the caller answers 503; the operator needs to know which key is missing
+        logger.error(
+            "secret_unreadable",
+            extra={
+                "extension_id": extension_id,
+                "key": key,
+                "key_id": row.key_id,
+                "fix": "put the key that encrypted it in HOST_SECRET_KEYS_OLD, restart, "
+                "run manage.py secrets_reencrypt",
+            },
+        )
+        raise
 
 
 @sensitive_variables()
