@@ -29,6 +29,7 @@ from core.db import BIGINT_MAX
 from core.errors import MSG_UNAUTHENTICATED, HostError
 from core.middleware import json_error
 from core.validation import decimal_number
+from extensions_host.surfaces.live import roster_token
 from inspector.selectors import (
     KIND_PARTS,
     PARTS,
@@ -118,6 +119,7 @@ def inspector_page(request: HttpRequest, conversation_id: str) -> HttpResponse:
         "events_url": reverse("conversation-events", args=[conversation.pk]),
         "fragments_url": reverse("inspector:fragments", args=[conversation.pk]),
         "artifacts_version": artifacts_version(world_id=conversation.pk),
+        "roster": roster_token(),
         "submit_url": reverse("conversation-submissions", args=[conversation.pk]),
     }
     return _strict(render(request, "inspector/page.html", context))
@@ -126,11 +128,13 @@ def inspector_page(request: HttpRequest, conversation_id: str) -> HttpResponse:
 @never_cache
 @require_GET
 def inspector_fragments(request: HttpRequest, conversation_id: str) -> HttpResponse:
-    """`{version, artifacts_version, parts: {name: html}}` for the live page. `parts=a,b`
-    picks parts (default all); `since=<version>` answers no parts when the conversation has
-    not moved (polling); `artifacts_since=<n>` leaves out the artifacts part while the world's
-    artifact sequence has not moved (the page's cheap poll of it, a backstop beside the stream,
-    which names artifact changes too)."""
+    """`{version, artifacts_version, roster, parts: {name: html}}` for the live page.
+    `parts=a,b` picks parts (default all); `since=<version>` answers no parts when the
+    conversation has not moved (polling), but the projection when the roster's token moved
+    from `roster=<token>` (a stop or a resume moves no conversation's version);
+    `artifacts_since=<n>` leaves out the artifacts part while the world's artifact sequence has
+    not moved (the page's cheap poll of it, a backstop beside the stream, which names artifact
+    changes too)."""
     if not request.user.is_authenticated:
         return json_error(HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED))
     raw = request.GET.get("parts", "")
@@ -147,6 +151,9 @@ def inspector_fragments(request: HttpRequest, conversation_id: str) -> HttpRespo
         return json_error(HostError("store", "not_found", str(exc)))
     if since is not None and since == conversation.version:
         names = []
+    roster = roster_token()
+    if request.GET.get("roster", roster) != roster:
+        names.append("projection")
     world_version = artifacts_version(world_id=conversation.pk)
     if artifacts_since is not None and artifacts_since != world_version:
         names.append("artifacts")
@@ -155,6 +162,7 @@ def inspector_fragments(request: HttpRequest, conversation_id: str) -> HttpRespo
     body = {
         "version": conversation.version,
         "artifacts_version": world_version,
+        "roster": roster,
         "parts": render_parts(
             request, sorted(set(names)), principal=principal, conversation=conversation
         ),

@@ -5,7 +5,7 @@ an open stream never ties up an API worker. Every event is
 
     id: <version>
     event: change
-    data: {"conversation_id", "version", "changed": [kinds…]}
+    data: {"conversation_id", "version", "changed": [kinds…], "roster": "<token>"}
 
 sent soon after the commit that moved the version: on PostgreSQL a `NOTIFY` wakes the stream
 at once (polling every `HOST_SSE_POLL_HINTED_SECONDS` is the fallback); on SQLite it polls
@@ -112,10 +112,15 @@ def sse(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-def _change(conversation_id: str, version: int, changed: list[str]) -> str:
+def _change(conversation_id: str, version: int, changed: list[str], roster: str) -> str:
     return sse(
         "change",
-        {"conversation_id": conversation_id, "version": version, "changed": changed},
+        {
+            "conversation_id": conversation_id,
+            "version": version,
+            "changed": changed,
+            "roster": roster,
+        },
         event_id=version,
     )
 
@@ -169,9 +174,9 @@ async def event_stream(
             return
         version, roster = seen
         if last_seen is None:
-            yield _change(conversation_id, version, [])
+            yield _change(conversation_id, version, [], roster)
         elif last_seen != version:
-            yield _change(conversation_id, version, [k for k in KINDS])
+            yield _change(conversation_id, version, [k for k in KINDS], roster)
         while True:
             now = loop.time()
             if now - started >= lifetime:
@@ -198,14 +203,14 @@ async def event_stream(
                     if current.roster != roster and "projection" not in changed:
                         changed.append("projection")
                     (version, roster), digests = current, fresh
-                    yield _change(conversation_id, version, changed)
+                    yield _change(conversation_id, version, changed, roster)
                     last_sent = loop.time()
                     continue
                 if current.roster != roster:
                     # an extension stopped, resumed or had its grants changed: the projection
                     # slots, under the same version (the event id stays)
                     roster = current.roster
-                    yield _change(conversation_id, version, ["projection"])
+                    yield _change(conversation_id, version, ["projection"], roster)
                     last_sent = loop.time()
                     continue
             except _Unavailable:

@@ -78,21 +78,36 @@ def changes_publish(conversation_ids: Iterable[str]) -> None:
 
 
 class Seen(NamedTuple):
-    """What a stream compares at each poll: the conversation's version, and when any roster
-    row last changed (a stop, a resume, a grant: every conversation's projection slots show
-    it, and no conversation's version moves for it)."""
+    """What a stream compares at each poll: the conversation's version, and the roster's token
+    (`roster_token`: it moves when any roster row changes — a stop, a resume, a grant — which
+    every conversation's projection slots show, and no conversation's version moves for)."""
 
     version: int
     roster: str
 
 
+def _latest_roster_change() -> Any:
+    return RosterEntry.objects.order_by("-updated_at").values("updated_at")[:1]
+
+
+def _token(stamp: Any) -> str:
+    """An opaque token of the roster's last change (clients compare it, nothing more)."""
+    return hashlib.sha256(str(stamp).encode()).hexdigest()[:16]
+
+
+def roster_token() -> str:
+    """The roster's token now: a page rendered with it learns from the stream or a poll that
+    the roster moved since (the stream's first event carries the token it started from)."""
+    latest = _latest_roster_change().first()
+    return _token(latest["updated_at"] if latest else None)
+
+
 def conversation_version(*, conversation_id: str, principal: Principal) -> Seen | None:
-    """The version and the roster's stamp (one statement), or None when the conversation is
+    """The version and the roster's token (one statement), or None when the conversation is
     gone or no longer readable."""
-    latest = RosterEntry.objects.order_by("-updated_at").values("updated_at")[:1]
     row = (
         Conversation.objects.filter(pk=conversation_id)
-        .annotate(roster_at=Subquery(latest))
+        .annotate(roster_at=Subquery(_latest_roster_change()))
         .values("version", "owner_id", "sharing", "roster_at")
         .first()
     )
@@ -100,7 +115,7 @@ def conversation_version(*, conversation_id: str, principal: Principal) -> Seen 
         return None
     if access_of(principal, owner_id=row["owner_id"], sharing=row["sharing"]) == "none":
         return None
-    return Seen(int(row["version"]), str(row["roster_at"]))
+    return Seen(int(row["version"]), _token(row["roster_at"]))
 
 
 def conversation_digests(*, conversation_id: str) -> dict[str, str]:

@@ -84,6 +84,28 @@ def test_resuming_a_projection_only_extension_shows_its_slot_running_live(page, 
     expect(slot.locator(".badge")).to_have_text("running", timeout=LIVE_MS)
 
 
+def test_a_stop_between_the_page_and_its_stream_still_reaches_the_page(page, host):
+    """The stream starts from what it reads when it connects: a stop committed after the page
+    was rendered and before that moves no version. The stream's first event carries the
+    roster's token, and the page, rendered with an older one, re-reads the projection."""
+    conversation("between")
+    stopped: list[bool] = []
+
+    def stop_then_connect(route: Any) -> None:
+        if not stopped:
+            extension_stop(extension_id="flaky", hook="on_timer", reason="stopped in the gap")
+            stopped.append(True)
+        route.continue_()
+
+    page.route("**/v1/conversations/between/events", stop_then_connect)
+    open_live(page, host, "between")
+    slot = page.locator("#part-projection [data-extension=flaky]")
+
+    assert stopped, "the stream was not intercepted"
+    expect(slot.locator(".badge")).to_have_text("stopped", timeout=LIVE_MS)
+    expect(slot.locator(".reason")).to_have_text("stopped in the gap")
+
+
 def test_ctrl_enter_pressed_twice_submits_the_prompt_once(page, host):
     conversation("twice")
     open_live(page, host, "twice")

@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from artifacts import services as artifact_services
+from extensions_host.services.roster import extension_resume
 from tests.artifacts.helpers import decl, emit, newest_head, op_context, started
 
 from .conftest import STOP_REASON
@@ -179,6 +180,37 @@ def test_fragments_answer_nothing_when_polled_at_the_current_version(as_owner, h
     assert set(as_owner.get(FRAGMENTS, {"since": version - 1}).json()["parts"]) == {
         "header", "attention", "ambient", "transcript", "projection", "artifacts", "interactions",
     }  # fmt: skip
+
+
+def test_a_poll_at_the_current_version_answers_the_projection_when_the_roster_moved(as_owner, host):
+    """A stop or a resume moves no conversation's version: the page's poll sends the roster
+    token it holds, and gets the projection (with the slot stopped) when it moved."""
+    first = as_owner.get(FRAGMENTS).json()
+    version, roster = first["version"], first["roster"]
+    page = as_owner.get(PAGE).content.decode()
+    assert f'data-roster="{roster}"' in page  # the page starts from the token it rendered at
+    assert as_owner.get(FRAGMENTS, {"since": version, "roster": roster}).json()["parts"] == {}
+
+    extension_resume(extension_id="flaky", actor="staff")  # the host fixture stopped it
+
+    moved = as_owner.get(FRAGMENTS, {"since": version, "roster": roster}).json()
+    assert moved["version"] == version and moved["roster"] != roster
+    assert list(moved["parts"]) == ["projection"]
+    assert STOP_REASON not in moved["parts"]["projection"]
+    again = {"since": version, "roster": moved["roster"]}
+    assert as_owner.get(FRAGMENTS, again).json()["parts"] == {}
+
+
+def test_the_roster_token_of_the_stream_and_of_the_page_agree(host, owner):
+    from core.auth import user_principal
+    from extensions_host.surfaces.live import conversation_version, roster_token
+
+    principal = user_principal(owner, "session")
+    seen = conversation_version(conversation_id="c1", principal=principal)
+    assert seen is not None and seen.roster == roster_token()
+    extension_resume(extension_id="flaky", actor="staff")
+    moved = conversation_version(conversation_id="c1", principal=principal)
+    assert moved is not None and moved.roster == roster_token() != seen.roster
 
 
 @pytest.mark.parametrize(

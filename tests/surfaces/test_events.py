@@ -25,7 +25,12 @@ from core import clock
 from core.services import token_create
 from extensions_host.runtime import extension_stop
 from extensions_host.services.roster import extension_resume
-from extensions_host.surfaces.live import KINDS, changed_kinds, conversation_digests
+from extensions_host.surfaces.live import (
+    KINDS,
+    changed_kinds,
+    conversation_digests,
+    roster_token,
+)
 
 from .conftest import in_frame
 from .exts import Empty, make_ext
@@ -220,7 +225,9 @@ def test_a_stop_and_a_resume_reach_the_stream_as_a_projection_change(
     with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
         with client.stream("GET", url, headers=committed) as response:
             events = Events(response)
-            version = payload(events.change())["version"]
+            hello = payload(events.change())
+            version = hello["version"]
+            assert hello["roster"] == roster_token()  # a page compares it with its own
 
             started = time.monotonic()
             extension_stop(extension_id="slot", hook="on_timer", reason="slot broke")
@@ -229,13 +236,14 @@ def test_a_stop_and_a_resume_reach_the_stream_as_a_projection_change(
             extension_resume(extension_id="slot", actor="staff")
             resumed = events.change()
 
+    tokens = [hello["roster"]]
     for frame in (stopped, resumed):
-        assert payload(frame) == {
-            "conversation_id": "c1",
-            "version": version,
-            "changed": ["projection"],
-        }
+        data = payload(frame)
+        tokens.append(data.pop("roster"))
+        assert data == {"conversation_id": "c1", "version": version, "changed": ["projection"]}
         assert int(frame["id"]) == version  # the conversation did not move
+    assert len(set(tokens)) == 3  # each roster change moves the token
+    assert tokens[-1] == roster_token()
     assert stop_delay < BOUND_SECONDS
 
 

@@ -19,6 +19,8 @@
   var ARTIFACTS_POLL_MS = 3000;
   var version = Number(root.dataset.version);
   var artifactsVersion = Number(root.dataset.artifactsVersion);
+  // the roster's token: a stop or a resume moves it, and no conversation's version
+  var roster = root.dataset.roster || "";
   var pending = new Set();
   var inflight = false;
   var pollTimer = null;
@@ -35,6 +37,9 @@
   function apply(body) {
     version = body.version;
     root.dataset.version = String(version);
+    if (typeof body.roster === "string") {
+      roster = body.roster;
+    }
     if (typeof body.artifacts_version === "number") {
       artifactsVersion = body.artifacts_version;
       root.dataset.artifactsVersion = String(artifactsVersion);
@@ -108,7 +113,11 @@
       return;
     }
     inflight = true;
-    fetchParts(query + "&artifacts_since=" + encodeURIComponent(String(artifactsVersion)))
+    fetchParts(
+      query +
+        "&artifacts_since=" + encodeURIComponent(String(artifactsVersion)) +
+        "&roster=" + encodeURIComponent(roster)
+    )
       .then(apply)
       .catch(function () {})
       .then(function () {
@@ -152,10 +161,12 @@
       var data = JSON.parse(event.data);
       var kinds = data.changed || [];
       if (!kinds.length) {
-        if (data.version === version) {
-          return; // the stream's first event: nothing moved since the page was rendered
-        }
-        kinds = ALL;
+        // the stream's first event: what moved since the page was rendered
+        if (data.version !== version) {
+          kinds = ALL;
+        } else if (data.roster === undefined || data.roster === roster) {
+          return; // nothing
+        } // else the roster only: the projection, which every refresh includes
       }
       refresh(partsFor(kinds));
     });
