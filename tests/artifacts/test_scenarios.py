@@ -124,6 +124,31 @@ def test_a_new_operation_superseding_many_records_writes_every_event_in_order(wo
     assert services.integrity_check() == []
 
 
+def test_a_new_operation_writes_supersede_events_for_an_open_followups_records(world):
+    first = op_context(operation_id="op-1")
+    ctx = started(first, decl("kept"), decl("draft", channel="d", save="operation"))
+    kept = emit(ctx, "kept", "k1", "c1")
+    draft = emit(ctx, "draft", "d1", "c2")
+    services.operation_mark_core_committed(context=first, head=head(1))
+    services.followup_begin(context=first)
+    assert visible() == ["k1", "d1"]
+    assert not Event.objects.filter(kind="supersede").exists()
+
+    services.operation_begin(context=op_context(operation_id="op-2", parent_head=head(1)))
+
+    # the events themselves, not only the status the superseded projection implies
+    supersedes = Event.objects.filter(kind="supersede").order_by("sequence")
+    assert [(e.operation_id, e.record_id, e.reason) for e in supersedes] == [
+        ("op-1", kept.record_id, "new_operation"),
+        ("op-1", draft.record_id, "new_operation"),
+    ]
+    assert set(Record.objects.values_list("record_id", "superseded")) == {
+        (kept.record_id, True),
+        (draft.record_id, True),
+    }
+    assert visible() == []
+
+
 def test_an_open_followup_without_records_is_superseded_by_a_new_operation(world):
     first = op_context(operation_id="op-1")
     services.operation_begin(context=first)
@@ -393,6 +418,40 @@ def test_fail_followup_supersedes_save_none_and_operation_end_records(world):
     assert (summary.status, summary.message) == ("budget_exceeded", "out of budget")
     assert visible() == ["kept"]
     assert Event.objects.filter(reason="followup_failed").count() == 1
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        lambda: services.followup_complete(operation_id="op-1", requests=["f1"]),
+        lambda: services.followup_fail(
+            operation_id="op-1", status="failed", message="gave up", requests=[]
+        ),
+    ],
+    ids=["completed", "failed"],
+)
+def test_a_late_emit_after_the_follow_up_ended_is_superseded_at_once(world, end):
+    op = op_context()
+    ctx = started(op, decl(save="commit"))
+    kept = emit(ctx, payload="kept", tool_call_id="c1")
+    services.operation_mark_core_committed(context=op, head=head(1))
+    services.followup_begin(context=op)
+    end()
+    assert visible() == ["kept"]
+
+    late = emit(ctx, payload="late", tool_call_id="c2")
+
+    assert late.ok and late.markdown == "# Runtime artifact accepted\n\noutput=panel"
+    assert status_of(late.record_id) == "superseded"
+    assert visible() == ["kept"]
+    event = Event.objects.get(record_id=late.record_id)
+    assert (event.kind, event.reason, event.request_id, event.request_attempt) == (
+        "supersede",
+        "late_superseded_operation_result",
+        "req-1",
+        1,
+    )
+    assert status_of(kept.record_id) == "active"
 
 
 def test_resume_of_an_open_followup_requires_recovery(world):

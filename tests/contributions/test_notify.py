@@ -20,7 +20,7 @@ from extensions_host.contributions.services.notify import (
 )
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime.deadlines import seconds_left
-from extensions_host.sdk import Extension, Notifier
+from extensions_host.sdk import Extension, Notifier, Retry
 
 from .exts import make_notifier_ext
 
@@ -134,6 +134,33 @@ def test_a_retry_waits_for_its_backoff(
     assert notification_deliver(delivery_id=delivery_id) == "delivered"
     health = NotifierHealth.objects.get()
     assert (health.status, health.consecutive_failures, health.delivered) == ("ok", 0, 1)
+
+
+def test_a_notifier_asking_to_retry_later_is_not_tried_again_before_its_own_delay(
+    install, notify_settings, enqueued, fake_clock, django_capture_on_commit_callbacks
+):
+    calls = []
+
+    def rate_limited(ctx, event):
+        calls.append(1)
+        if len(calls) == 1:
+            raise Retry(after_seconds=600, reason="rate limited")
+
+    install(make_notifier_ext(notify=rate_limited))
+    emit(django_capture_on_commit_callbacks)
+    delivery_id = enqueued[0][0]
+    asked_at = fake_clock.now_ms()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert notification_deliver(delivery_id=delivery_id) == "retry"
+
+    delivery = NotificationDelivery.objects.get(pk=delivery_id)
+    assert delivery.next_attempt_at == asked_at + 600_000  # not the 2 s default backoff
+    assert enqueued[1] == (delivery_id, 600.0)
+    fake_clock.advance(seconds=599)
+    assert notification_deliver(delivery_id=delivery_id) == "not_due"
+    fake_clock.advance(seconds=1)
+    assert notification_deliver(delivery_id=delivery_id) == "delivered"
+    assert len(calls) == 2
 
 
 def test_a_notifier_past_its_deadline_fails_without_a_stop(

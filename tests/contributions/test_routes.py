@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import time
+from typing import Any
 
 import pytest
 from django.db import OperationalError
@@ -12,7 +14,14 @@ from rest_framework.test import APIClient
 from extensions_host.contributions.services.stores import secret_set
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame, deadlines, forget_activations, frames
-from extensions_host.sdk import AdmissionError, CommandError, Retry, StateError
+from extensions_host.sdk import (
+    AdmissionError,
+    CommandError,
+    Extension,
+    Retry,
+    Route,
+    StateError,
+)
 from extensions_host.services.roster import extension_resume
 
 from . import exts
@@ -75,6 +84,50 @@ def test_the_route_view_enforces_the_exact_limit_of_the_method(install, api, mem
     response = api(member).post("/v1/ext/exact/me", b"y" * 17, content_type="text/plain")
     assert response.status_code == 413
     assert exts.calls == []
+
+
+def chunked(client: APIClient, method: str, path: str, body: bytes) -> Any:
+    """The WSGI shape of a chunked request (gunicorn): Transfer-Encoding, no Content-Length."""
+    return client.request(
+        REQUEST_METHOD=method,
+        PATH_INFO=path,
+        CONTENT_TYPE="application/octet-stream",
+        HTTP_TRANSFER_ENCODING="chunked",
+        **{"wsgi.input": io.BytesIO(body)},
+    )
+
+
+def test_a_chunked_body_is_held_to_its_methods_own_limit_not_the_paths_largest(
+    install, api, member
+):
+    # the middleware buffers a body without Content-Length up to the path's largest limit
+    # (PUT's 4096); only the route view knows POST accepts 16 bytes
+    install(
+        Extension(
+            id="chunky",
+            version="1.0.0",
+            grants={"routes"},
+            routes=[
+                Route("POST", "hook", handler=exts.echo_route, body_limit=16),
+                Route("PUT", "hook", handler=exts.echo_route, body_limit=4096),
+            ],
+        )
+    )
+    client = api(member)
+
+    at_limit = chunked(client, "POST", "/v1/ext/chunky/hook", b"x" * 16)
+    over = chunked(client, "POST", "/v1/ext/chunky/hook", b"x" * 17)
+    larger_method = chunked(client, "PUT", "/v1/ext/chunky/hook", b"x" * 100)
+
+    assert (at_limit.status_code, at_limit.json()["n"]) == (200, 16)
+    assert over.status_code == 413
+    assert over.json()["error"] == {
+        "category": "limit",
+        "cause": "too_large",
+        "message": "Request body is too large",
+    }
+    assert (larger_method.status_code, larger_method.json()["n"]) == (200, 100)
+    assert exts.calls == ["POST member", "PUT member"]  # the handler never saw the 17 bytes
 
 
 def test_a_raising_handler_answers_503_and_stops_the_extension(install, api, member):

@@ -10,6 +10,7 @@ from django.db.models import ProtectedError
 from rest_framework.test import APIClient
 
 from conversations.models import Conversation
+from core.auth import service_user
 from core.errors import HostError
 from core.models import ApiToken, AuditEntry, LifecycleEvent
 from core.services import token_create
@@ -84,6 +85,25 @@ def test_a_transfer_target_is_required_and_valid(owner, make_user, conversation,
     assert User.objects.filter(pk=owner.pk).exists()
     assert Conversation.objects.get(pk="c1").owner_id == owner.pk
     assert not LifecycleEvent.objects.filter(kind="user_deleted").exists()
+
+
+def test_the_service_user_cannot_be_deleted(member, conversation):
+    service = service_user()
+    conversation("s1", who=service)
+
+    with pytest.raises(HostError) as refused:
+        user_delete(user_id=service.pk, transfer_to_id=member.pk, actor="staff")
+
+    assert (refused.value.category, refused.value.cause, refused.value.message) == (
+        "contract",
+        "conflict",
+        "The service user cannot be deleted",
+    )
+    assert refused.value.status == 409
+    assert User.objects.filter(pk=service.pk).exists()
+    assert Conversation.objects.get(pk="s1").owner_id == service.pk
+    assert not LifecycleEvent.objects.filter(kind="user_deleted").exists()
+    assert not AuditEntry.objects.filter(action="user_deleted").exists()
 
 
 def test_plain_cascade_deletion_is_refused(owner, conversation):

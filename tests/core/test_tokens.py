@@ -59,6 +59,20 @@ def test_a_revoked_or_expired_token_is_refused_with_401(api, owner):
     assert client2.get("/v1/auth/tokens").status_code == 401
 
 
+def test_a_deactivated_users_token_is_refused_with_401(api, owner):
+    client = api(owner)
+    assert client.get("/v1/auth/tokens").status_code == 200
+    owner.is_active = False
+    owner.save(update_fields=["is_active"])
+
+    response = client.get("/v1/auth/tokens")
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert response.json()["error"]["category"] == "auth"
+    assert ApiToken.objects.get(user=owner).revoked_at is None  # refused, not revoked
+
+
 def test_another_users_token_cannot_be_revoked(api, owner, outsider):
     api(owner)
     token = ApiToken.objects.get(user=owner)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.contrib.admin import helpers
 
+from core.errors import HostError
 from core.models import AuditEntry
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import run_frame
@@ -15,6 +16,7 @@ from extensions_host.services.quotas import (
     MSG_QUOTA_UNKNOWN,
     MSG_QUOTAS_NOT_OBJECT,
 )
+from extensions_host.services.roster import extension_purge
 
 from .conftest import fire_timer, roster
 from .exts import ALL_GRANTS, Item, make_ext
@@ -88,6 +90,32 @@ def test_purge_deletes_only_an_uninstalled_extensions_data(install, console):
     audit = AuditEntry.objects.get(action="extension_purged")
     assert (audit.detail["records"], audit.detail["documents"]) == (1, 0)
     assert {"timers", "settled_cursor", "lifecycle_deliveries"} <= set(audit.detail)
+
+
+@pytest.mark.parametrize("state", ["running", "stopped"])
+def test_purging_an_installed_extension_is_refused_by_the_service_and_deletes_nothing(
+    install, state
+):
+    # the console only offers uninstalled rows: the service must refuse any other caller itself
+    install(make_ext("alpha", on_timer=failing))
+    assert run_frame(
+        extension_id="alpha", hook="test", call=lambda c: c.collection("item").put(Item(key="k"))
+    ).ok
+    if state == "stopped":
+        fire_timer("alpha")
+    assert roster("alpha").status == state
+
+    with pytest.raises(HostError) as refused:
+        extension_purge(extension_id="alpha", actor="staff")
+
+    assert (refused.value.category, refused.value.cause, refused.value.message) == (
+        "contract",
+        "conflict",
+        "Only an uninstalled extension's data can be purged",
+    )
+    assert roster("alpha").status == state
+    assert list(ExtensionRecord.objects.values_list("extension_id", "key")) == [("alpha", "k")]
+    assert not AuditEntry.objects.filter(action="extension_purged").exists()
 
 
 # --- per-extension quotas ----------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from core.models import AuditEntry
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import pages
@@ -235,6 +236,33 @@ def test_resume_is_admin_only_and_resumes(install, api, owner, staff):
     assert (
         api(staff).post("/v1/extensions/alpha/resume", {"x": 1}, format="json").status_code == 400
     )
+
+
+def test_resuming_an_uninstalled_extension_is_a_409_and_changes_nothing(install, api, staff):
+    alpha = make_ext("alpha", on_timer=failing)
+    install(alpha, make_ext("beta"))
+    fire_timer("alpha")  # stopped, then uninstalled: its stop is kept for a reinstall
+    install(make_ext("beta"))
+    before = roster("alpha")
+    assert before.status == ExtensionStatus.UNINSTALLED
+
+    response = api(staff).post("/v1/extensions/alpha/resume")
+
+    assert response.status_code == 409
+    assert response.json()["error"] == {
+        "category": "contract",
+        "cause": "conflict",
+        "message": "Extension is uninstalled",
+    }
+    after = roster("alpha")
+    assert (after.status, after.reason, after.stopped_at, after.activation_epoch) == (
+        ExtensionStatus.UNINSTALLED,
+        before.reason,
+        before.stopped_at,
+        before.activation_epoch,
+    )
+    assert after.updated_at == before.updated_at
+    assert not AuditEntry.objects.filter(action="extension_resumed").exists()
 
 
 class PageClock:

@@ -305,3 +305,21 @@ def test_a_write_over_the_byte_quota_is_a_bound_error_naming_it(alpha, settings)
     assert outcome.error.kind == "bound"
     assert "max_bytes" in outcome.error.message
     assert stored() == []
+
+
+def test_replacing_a_record_charges_only_the_size_difference(alpha, settings):
+    record_bytes = 100
+    settings.HOST_QUOTAS = {**settings.HOST_QUOTAS, "max_bytes": 2 * record_bytes + 10}
+    blob = blob_for(record_bytes)
+
+    def put(n: int) -> Any:
+        # one digit of n: every version encodes to exactly record_bytes
+        return write(lambda c: c.collection("item").put(Item(key="k", n=n, blob=blob)))
+
+    assert put(0).ok
+    replacements = [put(n % 10) for n in range(1, 11)]
+
+    assert [outcome.ok for outcome in replacements] == [True] * 10
+    assert write(lambda c: c.collection("item").get("k")).value.n == 0  # the 10th replacement
+    assert ExtensionRecord.objects.get().size_bytes == record_bytes
+    assert usage_totals(extension_id="alpha") == (1, record_bytes)

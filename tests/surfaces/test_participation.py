@@ -28,6 +28,7 @@ class PlaceInput(BaseModel):
 
 
 PROMPT_INVALID = "Extension prompt is invalid"
+MODULE_INVALID = "Extension tool module is invalid"
 
 
 def submit(cid: str, owner: Any, text: str = "hello") -> Submission:
@@ -320,7 +321,13 @@ def test_a_failing_module_for_run_stops_that_extension_and_the_run_goes_on(insta
 
     assert response.status_code == 201
     assert response.json()["capture"]["tool_modules"] == []
-    assert roster("alpha").status == ExtensionStatus.STOPPED
+    alpha = roster("alpha")
+    assert alpha.status == ExtensionStatus.STOPPED
+    # refused by the module's validation, not a crash on the undeclared name
+    assert (alpha.failing_hook, alpha.reason) == (
+        "module_for_run",
+        f"module_for_run defect: {MODULE_INVALID}",
+    )
     assert response.json()["capture"]["prompt_sections"] == [
         {"name": "beta.tone", "text": "Brief."}
     ]
