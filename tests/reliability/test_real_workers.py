@@ -178,7 +178,8 @@ def test_enqueue_after_commit_sends_no_task_for_a_rolled_back_write(
     install, processes, owner, files
 ):
     install("outbox")
-    processes.worker(concurrency=2, **worker_env(files))
+    # LOG_LEVEL=DEBUG: the worker logs each task it receives (counted below)
+    processes.worker(concurrency=2, **worker_env(files, LOG_LEVEL="DEBUG"))
     ready(processes, 1)
     committed, rolled_back = [], []
 
