@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from extensions_host import registry
 from extensions_host.models import RosterEntry
 from extensions_host.runtime.context import HookContext, require_grant
-from extensions_host.runtime.current import Boundary, current_frame
+from extensions_host.runtime.current import Boundary, FrameMode, current_frame
 from extensions_host.runtime.frames import run_frame
 from extensions_host.runtime.outcomes import FrameOutcome
 from extensions_host.sdk import Caller, ExtensionStop, Retry, StateError
@@ -29,15 +29,7 @@ def context_update(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
     if current_frame() is not None:
         raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
     require_grant(ctx, "state")
-    outcome = run_frame(
-        extension_id=ctx.extension_id,
-        hook="update",
-        call=fn,
-        mode="state",
-        failures="return",
-        boundary=ctx._boundary,
-        caller=ctx.caller,
-    )
+    outcome = _own_frame(ctx, fn, hook="update", mode="state")
     if outcome.status == "skipped":
         raise StateError("unavailable", MSG_UPDATE_UNAVAILABLE)
     return _raise_or_value(outcome)
@@ -52,20 +44,28 @@ def context_transact(ctx: HookContext, fn: Callable[[HookContext], T]) -> T:
     (`hook_deadline`); the same goes for `update`."""
     if current_frame() is not None:
         raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
-    outcome = run_frame(
-        extension_id=ctx.extension_id,
-        hook="transact",
-        call=fn,
-        mode="write",
-        failures="return",
-        boundary=ctx._boundary,
-        caller=ctx.caller,
-    )
+    outcome = _own_frame(ctx, fn, hook="transact", mode="write")
     if outcome.status == "skipped":
         if outcome.skip == "stopped":
             raise ExtensionStop(outcome.reason or "Extension is stopped")
         raise StateError("unavailable", MSG_TRANSACT_UNAVAILABLE)
     return _raise_or_value(outcome)
+
+
+def _own_frame(
+    ctx: HookContext, fn: Callable[[HookContext], Any], *, hook: str, mode: FrameMode
+) -> FrameOutcome:
+    """A frame the extension's own code starts: typed failures come back to it (`return`),
+    with the deadline of the boundary `ctx` was handed to."""
+    return run_frame(
+        extension_id=ctx.extension_id,
+        hook=hook,
+        call=fn,
+        mode=mode,
+        failures="return",
+        boundary=ctx._boundary,
+        caller=ctx.caller,
+    )
 
 
 def _raise_or_value(outcome: FrameOutcome) -> Any:
