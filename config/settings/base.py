@@ -230,7 +230,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("CONN_MAX_AGE", 60))
+    # DATABASE_POOL_SIZE > 0: Django's psycopg pool of at most that many connections, shared by
+    # the process's threads, instead of persistent connections. The ASGI entry point turns it on
+    # (config/asgi.py): the event streams hand their connection back between polls.
+    DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 0, maximum=1000)
+    if DATABASE_POOL_SIZE:
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": DATABASE_POOL_SIZE,
+            "timeout": 5,  # waiting for a free connection, or for the database to come back
+        }
+    else:
+        DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("CONN_MAX_AGE", 60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 ATOMIC_REQUESTS = False  # transactions belong to services
 DATABASES["default"]["ATOMIC_REQUESTS"] = False

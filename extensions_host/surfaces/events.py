@@ -11,9 +11,14 @@ sent soon after the commit that moved the version: on PostgreSQL a `NOTIFY` wake
 at once (polling every `HOST_SSE_POLL_HINTED_SECONDS` is the fallback); on SQLite it polls
 every `HOST_SSE_POLL_SECONDS`. A comment line keeps idle connections alive; the stream ends
 after `HOST_SSE_LIFETIME_SECONDS` and the client reconnects with `Last-Event-ID` (the last
-version it saw): a newer version is sent at once (everything may have changed), the same one
-sends nothing. Access is checked at connect and on every poll: a conversation that is deleted or
-no longer readable ends the stream with an `event: gone`.
+version it saw). The first event always states the current version and roster token, with
+`changed` naming every kind when `Last-Event-ID` is older (everything may have changed) and empty
+otherwise (the client compares the roster token with its own). Access is checked at connect and
+on every poll: a conversation that is deleted or no longer readable ends the stream with an
+`event: gone`.
+
+A stream holds a database connection only while it reads when the process pools connections, as
+the ASGI process does by default (`DATABASE_POOL_SIZE`); otherwise it keeps one open.
 """
 
 from __future__ import annotations
@@ -74,19 +79,31 @@ def _open(request: HttpRequest, conversation_id: str) -> Principal:
     anonymous caller, who learns nothing about what exists). A plain Django view: the DRF
     exception handler that applies this rule to the API views never sees its errors."""
     close_old_connections()
-    principal = _authenticate(request)
     try:
-        conversation_get(principal=principal, conversation_id=conversation_id)
-    except HostError as exc:
-        if exc.cause == "not_found" and not principal.is_authenticated:
-            raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
-        raise
-    return principal
+        principal = _authenticate(request)
+        try:
+            conversation_get(principal=principal, conversation_id=conversation_id)
+        except HostError as exc:
+            if exc.cause == "not_found" and not principal.is_authenticated:
+                raise HostError("auth", "unauthenticated", MSG_UNAUTHENTICATED) from exc
+            raise
+        return principal
+    finally:
+        _release()
+
+
+def _release() -> None:
+    """Hand this stream's connection back to the process's pool (the ASGI process pools them,
+    config/asgi.py): an open stream then holds no connection between its polls. Without a pool
+    the stream keeps its one connection, as persistent connections do."""
+    if getattr(connection, "pool", None) is not None:
+        connection.close()
 
 
 def _db(fn: Callable[..., T]) -> Callable[..., T]:
-    """A database read of the stream. A failure closes this thread's connection (the next poll
-    reconnects) and is reported as `_Unavailable` instead of ending the stream."""
+    """A database read of the stream, which releases its connection after (`_release`). A
+    failure closes the connection (the next poll reconnects) and is reported as `_Unavailable`
+    instead of ending the stream."""
 
     def run(**kwargs: Any) -> T:
         try:
@@ -94,6 +111,8 @@ def _db(fn: Callable[..., T]) -> Callable[..., T]:
         except DatabaseError as exc:
             connection.close()
             raise _Unavailable from exc
+        finally:
+            _release()
 
     return run
 
@@ -173,10 +192,10 @@ async def event_stream(
             yield sse("gone", {"conversation_id": conversation_id})
             return
         version, roster = seen
-        if last_seen is None:
-            yield _change(conversation_id, version, [], roster)
-        elif last_seen != version:
-            yield _change(conversation_id, version, [k for k in KINDS], roster)
+        # the first event states where the stream starts: a client compares its roster token
+        # (a roster move during a reconnect leaves the version alone)
+        behind = last_seen is not None and last_seen != version
+        yield _change(conversation_id, version, list(KINDS) if behind else [], roster)
         while True:
             now = loop.time()
             if now - started >= lifetime:

@@ -20,10 +20,14 @@ EVENTS_DESCRIPTION = f"""A `text/event-stream` of one conversation (served by th
 Events:
 
 - first a `retry: <ms>` line (the reconnect delay the client should use);
-- `event: change`, `id: <version>`, data `{{"conversation_id", "version", "changed"}}`: sent
-  at connect (`changed` is `[]`; every kind if `Last-Event-ID` names an older version) and after
-  each change; `changed` lists what changed, among {", ".join(f"`{k}`" for k in KINDS)}:
-  re-read those parts (e.g. the conversation, its entries page, its projection);
+- `event: change`, `id: <version>`, data
+  `{{"conversation_id", "version", "changed", "roster"}}`: sent at connect (`changed` is `[]`;
+  every kind if `Last-Event-ID` names an older version) and after each change; `changed`
+  lists what changed, among {", ".join(f"`{k}`" for k in KINDS)}:
+  re-read those parts (e.g. the conversation, its entries page, its projection). `roster` is
+  an opaque token that moves when any extension stops, resumes or has its grants changed, which
+  moves no conversation's version: when the connect event's token differs from the one you
+  last saw, re-read the projection;
 - `event: gone`, data `{{"conversation_id"}}`: the conversation was deleted or is no longer
   readable; the stream ends (do not reconnect);
 - `event: unavailable`, data `{{"conversation_id"}}`: the database did not answer at connect;
@@ -32,7 +36,8 @@ Events:
 
 The stream ends after a bounded lifetime: reconnect with `Last-Event-ID: <version>` (browsers'
 `EventSource` sends it by itself on reconnect; the `last_event_id` query parameter does the same
-for a first connect) and an unchanged version sends nothing.
+for a first connect): the connect event then has `changed: []` at an unchanged version, so
+compare its `roster` token with yours.
 
 Authentication is the API's (read access to the conversation): an `Authorization: Bearer`
 token, the session cookie, or a trusted proxy's `X-Forwarded-User`. A browser's `EventSource`

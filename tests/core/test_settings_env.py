@@ -427,6 +427,22 @@ def test_good_values_are_read_and_normalised(project):
     assert values["BEAT_STALE_SECONDS"] == 15
 
 
+def test_a_database_pool_replaces_persistent_connections_on_postgresql_only(project):
+    postgres = "postgres://postgres@127.0.0.1:5432/hyphae"
+    pooled = show(project, "DATABASES", DATABASE_URL=postgres, DATABASE_POOL_SIZE="5")
+    persistent = show(project, "DATABASES", DATABASE_URL=postgres)
+    embedded = show(project, "DATABASES", DATABASE_POOL_SIZE="5")
+    refused = python(project, LOAD, DATABASE_URL=postgres, DATABASE_POOL_SIZE="-1")
+
+    database = pooled["DATABASES"]["default"]
+    assert database["CONN_MAX_AGE"] == 0  # Django refuses a pool beside persistent connections
+    assert database["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 5, "timeout": 5}
+    assert "pool" not in persistent["DATABASES"]["default"].get("OPTIONS", {})
+    assert persistent["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+    assert "pool" not in embedded["DATABASES"]["default"]["OPTIONS"]
+    assert "DATABASE_POOL_SIZE must be an integer >= 0 and <= 1000, got -1\n" in refused.stderr
+
+
 def test_unset_retention_keeps_conversations_and_off_turns_the_write_rate_off(project):
     values = show(project, "RETENTION_DAYS", "REST_FRAMEWORK", HOST_WRITE_RATE="off")
     assert values["RETENTION_DAYS"] is None

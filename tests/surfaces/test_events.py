@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -264,12 +265,16 @@ def test_the_stream_keeps_alive_ends_after_its_lifetime_and_resumes_from_last_ev
         assert 1.5 < lifetime < 2 + BOUND_SECONDS
         assert events.comments >= 2  # keep-alives while idle
 
-        # resuming at the version seen: nothing is sent until something changes
+        # resuming at the version seen: the connect event names nothing, then the changes
         resume = committed | {"Last-Event-ID": str(version)}
         with client.stream("GET", url, headers=resume) as response:
             events = Events(response)
+            again = payload(events.change())
             _submit(owner, "while away")
             first = events.change()
+        assert again == {
+            "conversation_id": "c1", "version": version, "changed": [], "roster": roster_token()
+        }  # fmt: skip
         assert payload(first)["version"] > version
         assert "entries" in payload(first)["changed"]
 
@@ -279,6 +284,68 @@ def test_the_stream_keeps_alive_ends_after_its_lifetime_and_resumes_from_last_ev
             caught_up = Events(response).change()
         assert payload(caught_up)["version"] == payload(first)["version"]
         assert "attention" in payload(caught_up)["changed"]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_roster_move_during_a_reconnect_shows_in_the_connect_event(
+    committed, stream_server, install
+):
+    """A stop moves no conversation's version: a client that reconnects at the version it saw
+    learns of a stop made while it was away from the connect event's roster token."""
+    install(
+        make_ext("watch", grants={"attention"}),
+        make_ext("slot", grants={"projection"}, projection_schema=Empty),
+    )
+    server = stream_server()
+    url = f"{server.base}/v1/conversations/c1/events"
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client:
+        with client.stream("GET", url, headers=committed) as response:
+            before = payload(Events(response).change())
+        extension_stop(extension_id="slot", hook="on_timer", reason="slot broke")
+        resume = committed | {"Last-Event-ID": str(before["version"])}
+        with client.stream("GET", url, headers=resume) as response:
+            after = payload(Events(response).change())
+
+    assert after["version"] == before["version"]
+    assert after["changed"] == []
+    assert after["roster"] != before["roster"]
+    assert after["roster"] == roster_token()
+
+
+@pytest.mark.integration
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_open_streams_share_the_stream_process_connection_pool(committed, stream_server, owner):
+    """The ASGI process pools its connections (DATABASE_POOL_SIZE) and a stream hands its
+    connection back between polls: many open streams hold no more connections than the pool
+    (plus the one that listens for hints), and every one of them still sees a change."""
+    server = stream_server(DATABASE_POOL_SIZE="3")
+    url = f"{server.base}/v1/conversations/c1/events"
+    streams = 12
+    with httpx.Client(timeout=httpx.Timeout(10.0)) as client, ExitStack() as open_streams:
+        readers = []
+        for _ in range(streams):
+            response = open_streams.enter_context(client.stream("GET", url, headers=committed))
+            readers.append(Events(response))
+        versions = {payload(reader.change())["version"] for reader in readers}
+        held = _server_connections()
+        _submit(owner, "to everyone")
+        seen = [payload(reader.change()) for reader in readers]
+
+    assert held <= 3 + 1
+    (start,) = versions
+    assert all(event["version"] > start and "entries" in event["changed"] for event in seen)
+
+
+def _server_connections() -> int:
+    """Connections to the test database other than this test's own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
 
 
 @pytest.mark.integration
