@@ -147,7 +147,7 @@ class SentPrompt:
     delivery: str
     not_before_ms: int | None
     status: str
-    correlation: str
+    correlation: str | None  # None when the send named none, as the API shows it
 
 
 @dataclass(frozen=True)
@@ -858,7 +858,7 @@ class TestHost:
                 delivery=row.delivery,
                 not_before_ms=host_clock.to_ms(row.not_before) if row.not_before else None,
                 status=row.status,
-                correlation=row.correlation,
+                correlation=row.correlation or None,
             )
             for row in rows.order_by("pk")
         ]

@@ -81,6 +81,7 @@ def test_sent_reports_delayed_prompts_and_respond_answers_when_due(hyphae_host):
 
     (prompt,) = hyphae_host.sent("c1", extension_id="recorder")
     assert (prompt.text, prompt.request_id, prompt.not_before_ms) == ("later", "t:t1", now + 5_000)
+    assert prompt.correlation is None  # none was named: as the API shows it
     assert hyphae_host.respond() == []  # not runnable before its instant
     hyphae_host.advance(seconds=5)
     (turn,) = hyphae_host.respond()
