@@ -658,3 +658,32 @@ def test_beginning_an_older_operation_again_leaves_a_newer_open_followup(world):
         "active",
     )
     assert visible() == ["newer"]
+
+
+def test_registering_the_current_request_attempt_again_keeps_its_records(world):
+    op = op_context()
+    ctx = started(op, decl(save="operation"))
+    record = emit(ctx, payload="attempt 1", tool_call_id="c1")
+
+    again = services.request_attempt_begin(context=ctx)  # a retried call
+
+    assert again.recorded and again.current_attempt == 1
+    assert again.superseded_records == 0
+    assert status_of(record.record_id) == "active"
+    assert not Event.objects.filter(kind="supersede").exists()
+    assert visible() == ["attempt 1"]
+
+
+def test_a_core_failure_reported_after_the_commit_changes_nothing(world):
+    op = op_context()
+    ctx = started(op, decl(save="operation"))
+    record = emit(ctx, payload="kept", tool_call_id="c1")
+    services.operation_mark_core_committed(context=op, head=head(1))
+
+    summary = services.operation_mark_core_failed(operation_id="op-1", message="late failure")
+
+    assert summary.core_committed
+    operation = Operation.objects.get(pk="op-1")
+    assert (operation.status, operation.message) == ("core_committed", "")
+    assert status_of(record.record_id) == "active"
+    assert not Event.objects.filter(kind="supersede").exists()

@@ -10,7 +10,7 @@ import pytest
 from conversations.models import Conversation, Submission
 from core import clock
 from extensions_host.background.declarations import Job, JobRun, PromptAction, add_job
-from extensions_host.background.models import JobState, JobTrigger
+from extensions_host.background.models import HELD_ACTOR, JobState, JobTrigger
 from extensions_host.background.services.jobs import (
     instants_between,
     job_run,
@@ -531,6 +531,56 @@ def test_retry_re_offers_the_run_for_the_same_instant_after_the_delay(install, f
     assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
+def test_job_retries_are_bounded_and_then_count_as_a_defect(install, fake_clock, sent, settings):
+    # each re-offer carries its attempt: a run that keeps asking for a Retry is a defect at
+    # the first one past the limit, not re-offered for ever
+    settings.HOST_RETRY_LIMIT = 2
+    runs = Runs()
+    runs.fail = Retry(1, "still down")
+    install(job_ext(runs, every_seconds=3600))
+    jobs_run_due()
+    fake_clock.set(state().next_run_at)
+
+    outcomes = []
+    for _ in range(3):
+        outcomes.append(job_run(job_id=JOB))
+        fake_clock.advance(seconds=1)
+
+    assert outcomes == ["retry", "retry", "failed"]
+    alpha = roster("alpha")
+    assert alpha.status == ExtensionStatus.STOPPED
+    assert alpha.reason == "job tick defect: retried 2 times: still down"
+
+
+def test_instants_held_behind_earlier_runs_each_run_alone_oldest_first(install, fake_clock, sent):
+    runs = Runs()
+    install(job_ext(runs, every_seconds=3600))
+    jobs_run_due()
+    now = fake_clock.now_ms()
+    for at in (now - 1000, now - 2000):  # two instants held (a schedule move, a run's wait)
+        JobTrigger.objects.create(job_id=JOB, actor=HELD_ACTOR, not_before=now, scheduled_for=at)
+
+    assert job_run(job_id=JOB) == "ok"
+    assert job_run(job_id=JOB) == "ok"
+
+    assert runs.instants == [now - 2000, now - 1000]
+    assert not JobTrigger.objects.exists()
+
+
+def test_a_job_waiting_out_its_retry_delay_is_not_handed_out_before_it(install, fake_clock, sent):
+    runs = Runs()
+    runs.fail = Retry(30, "later")
+    install(job_ext(runs, every_seconds=3600))
+    jobs_run_due()
+    fake_clock.set(state().next_run_at)
+    assert job_run(job_id=JOB) == "retry"
+
+    fake_clock.advance(seconds=29)
+    assert jobs_due(limit=10) == []  # beat's sweep sends it no task while it waits
+    fake_clock.advance(seconds=1)
+    assert jobs_due(limit=10) == [JOB]
+
+
 def test_a_prompt_job_submits_into_its_conversation_and_needs_send(
     install, fake_clock, sent, conversation
 ):
@@ -817,6 +867,27 @@ def test_old_instants_missed_before_a_schedule_change_are_counted_not_run(
     assert state().next_run_at == next_after(
         Job("x", action=runs, every_seconds=60), first + 45_000
     )
+
+
+def test_a_schedule_change_does_not_run_again_the_instant_the_job_last_ran(
+    install, fake_clock, sent, settings
+):
+    settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 60
+    runs = Runs()
+    start = fake_clock.now_ms()  # midnight UTC
+    install(release(runs, "1.0.0", every_seconds=60))
+    jobs_run_due()
+    fake_clock.set(start + 60_000)
+    jobs_run_due()
+    assert runs.instants == [start + 60_000]
+    fake_clock.advance(seconds=5)
+
+    # every 30 s: its latest instant within the grace (+60 s) is the one that just ran
+    install(release(runs, "2.0.0", every_seconds=30))
+    jobs_run_due()
+
+    assert runs.instants == [start + 60_000]
+    assert state().next_run_at == start + 90_000
 
 
 def test_a_job_row_from_before_schedules_were_recorded_keeps_its_next_run(

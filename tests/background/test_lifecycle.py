@@ -23,7 +23,7 @@ from core.models import LifecycleEvent
 from core.services import lifecycle_record
 from extensions_host.background.models import IdleMark, LifecycleDelivery, LifecycleFanout
 from extensions_host.background.services.common import CHANNEL_LIFECYCLE, kick_clear
-from extensions_host.background.services.idle import conversations_detect_idle
+from extensions_host.background.services.idle import _idle_emit, conversations_detect_idle
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver_all,
     lifecycle_fanout,
@@ -179,6 +179,24 @@ def test_events_of_one_conversation_wait_behind_a_retried_one_others_go_on(
     assert [data["n"] for _, data in rec.seen] == [3, 1, 2]
 
 
+def test_a_pending_event_deleted_by_hand_is_dropped_and_does_not_hold_back_its_conversation(
+    install, sent
+):
+    rec = Recorder()
+    install(make_ext("alpha", lifecycle=rec.handlers(*KINDS)))
+    lifecycle_record(kind="conversation_created", conversation_id="a", payload={"n": 1})
+    lifecycle_record(
+        kind="conversation_archived", conversation_id="a", payload={"n": 2, "archived": True}
+    )
+    lifecycle_fanout_all()
+    LifecycleEvent.objects.filter(kind="conversation_created").delete()  # gone before delivery
+
+    deliver("alpha")
+
+    assert [data["n"] for _, data in rec.seen] == [2]
+    assert not LifecycleDelivery.objects.filter(extension_id="alpha").exists()
+
+
 def test_an_event_that_commits_after_a_larger_id_is_still_delivered(install, sent):
     """Outbox ids come from a sequence: a transaction holding a smaller id may commit after one
     holding a larger id has been fanned out. The fan-out has no id watermark to skip it."""
@@ -301,6 +319,8 @@ def test_delivered_events_are_pruned_after_an_hour_undelivered_ones_are_kept(
     lifecycle_record(kind="conversation_archived", conversation_id="c", payload={})
     deliver("good", "bad")
 
+    fake_clock.advance(seconds=30 * 60)
+    assert lifecycle_prune() == 0  # delivered, but fanned out less than an hour ago
     fake_clock.advance(seconds=2 * 3600)
     assert lifecycle_prune() == 1
     assert list(LifecycleEvent.objects.values_list("kind", flat=True)) == ["conversation_archived"]
@@ -461,6 +481,23 @@ def test_idle_is_emitted_once_per_idle_period_and_rearmed_by_activity(
 
     assert idle_events() == [("quiet", 61_000), ("quiet", 61_000)]
     assert IdleMark.objects.get(pk="quiet").activity_at == clock.now() - dt.timedelta(seconds=61)
+
+
+def test_a_sweep_that_read_a_conversation_before_another_emitted_its_idle_does_not_repeat_it(
+    install, conversation, fake_clock, settings, sent
+):
+    settings.IDLE_AFTER_SECONDS = 60
+    install()
+    conversation("quiet")
+    activity_at = Conversation.objects.get(pk="quiet").last_activity_at
+    fake_clock.advance(seconds=61)
+    conversations_detect_idle()  # another sweep emits first
+    assert len(idle_events()) == 1
+
+    # this sweep read "quiet" as a candidate before that sweep's mark committed
+    now = clock.now()
+    assert _idle_emit("quiet", activity_at, now - dt.timedelta(seconds=60), now) is False
+    assert len(idle_events()) == 1
 
 
 def test_the_idle_sweep_is_bounded_per_call_and_reports_more(

@@ -13,6 +13,7 @@ from core import clock
 from extensions_host.background.models import SettledCursor
 from extensions_host.background.services.settled import (
     core_cursor,
+    settled_consumers_behind,
     settled_cursor_initialise,
     settled_deliver,
     settled_deliver_all,
@@ -221,6 +222,24 @@ def test_retry_keeps_the_consumer_running_and_offers_the_same_batch_after_the_de
 
     assert consumer.batches == [sequences]
     assert SettledCursor.objects.get(pk="alpha").retry_attempt == 0
+
+
+def test_beats_sweep_leaves_a_consumer_pausing_after_a_retry_until_its_delay_ends(
+    install, conversation, fake_clock
+):
+    consumer = Consumer()
+    install(make_ext("alpha", on_settled=consumer))
+    settled_cursor_initialise(extension_id="alpha")
+    conversation("c1")
+    settle_runs("c1", 1)
+    assert settled_consumers_behind() == ["alpha"]
+
+    consumer.fail = Retry(5, "downstream busy")
+    settled_deliver_all(extension_id="alpha")
+
+    assert settled_consumers_behind() == []  # behind, but pausing: no task for it
+    fake_clock.advance(seconds=5)
+    assert settled_consumers_behind() == ["alpha"]
 
 
 def test_a_missing_on_settled_handler_stops_with_the_capability_reason(install, conversation):

@@ -14,6 +14,7 @@ from extensions_host.background.models import Timer
 from extensions_host.background.services.timers import (
     HELP_LATE_MS,
     PAGE,
+    TimerGroups,
     timers_fire_due,
     timers_fire_page,
 )
@@ -157,6 +158,41 @@ def test_the_pending_timer_quota_refuses_the_timer_past_it(install):
     assert "max_timers (3)" in over.error.message
     assert moved.ok
     assert pending("alpha") == {"a": 9, "b": 2, "c": 3}
+
+
+def test_a_timer_cancelled_after_a_set_in_the_frame_frees_its_place_in_the_quota(install):
+    install(make_ext("alpha", on_timer=record_timer))
+    RosterEntry.objects.filter(pk="alpha").update(quotas={"max_timers": 3})
+    set_timers("alpha", a=1, b=2)
+
+    def body(ctx: Any) -> None:
+        ctx.timers.set("c", 3)  # the frame's count is taken here: 2 pending, 3 with this one
+        assert ctx.timers.cancel("a")
+        ctx.timers.set("d", 4)  # in a's place
+
+    outcome = in_frame("alpha", body)
+
+    assert outcome.ok, outcome
+    assert pending("alpha") == {"b": 2, "c": 3, "d": 4}
+
+
+def test_a_frame_that_cancels_before_it_sets_stays_within_the_quota(install):
+    # the cancel is the frame's first timer write: its count, taken after the deletion,
+    # already leaves the cancelled timer out (it must not be taken off a second time)
+    install(make_ext("alpha", on_timer=record_timer))
+    RosterEntry.objects.filter(pk="alpha").update(quotas={"max_timers": 3})
+    set_timers("alpha", a=1, b=2, c=3)
+
+    def body(ctx: Any) -> None:
+        assert ctx.timers.cancel("a")
+        ctx.timers.set("d", 4)  # in a's place
+        ctx.timers.set("e", 5)  # a fourth pending timer: past the quota
+
+    outcome = in_frame("alpha", body)
+
+    assert outcome.error is not None and outcome.error.kind == "bound"
+    assert "max_timers (3)" in outcome.error.message
+    assert pending("alpha") == {"a": 1, "b": 2, "c": 3}  # the failed frame changed nothing
 
 
 def test_the_default_quota_is_ten_thousand(settings):
@@ -401,6 +437,40 @@ def test_a_missing_on_timer_handler_stops_with_the_capability_reason(install):
     assert pending("alpha") == {"k": 1}
 
 
+def test_timers_firing_alone_go_on_with_other_extensions_after_one_stops(install):
+    # extensions whose timers fire in pages of one timer each: the one that stopped is left
+    # out of the following pages, so its remaining timers do not end the pass for the others
+    def fail(ctx: Any, timer: Any) -> None:
+        raise ExtensionStop("broken")
+
+    install(make_ext("alpha", on_timer=fail), make_ext("beta", on_timer=record_timer))
+    set_timers("alpha", a1=1, a2=2)
+    set_timers("beta", b=3)
+
+    result = timers_fire_page(groups=TimerGroups(alone=("alpha", "beta")))
+
+    assert (result.stopped, result.fired) == (1, 1)
+    assert set(effects("beta")) == {"b"}
+    assert pending("alpha") == {"a1": 1, "a2": 2}
+
+
+def test_a_full_page_of_timers_that_could_not_fire_does_not_keep_the_sweep_going(
+    install, monkeypatch
+):
+    # the extension stopped after the sweep read its groups: a page of its timers is claimed,
+    # none fires, and the sweep ends instead of claiming them again until its budget is spent
+    install(make_ext("alpha", on_timer=record_timer))
+    set_timers("alpha", **{f"k{n}": n for n in range(PAGE)})
+    monkeypatch.setattr(
+        "extensions_host.background.services.timers.timer_groups",
+        lambda: TimerGroups(shared=("alpha",)),
+    )
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+
+    assert timers_fire_due(budget_s=0) is False
+    assert len(pending("alpha")) == PAGE
+
+
 def test_stopped_and_ungranted_extensions_timers_do_not_fire(install):
     install(make_ext("alpha", on_timer=record_timer), make_ext("beta", on_timer=record_timer))
     set_timers("alpha", a=1)
@@ -483,6 +553,29 @@ def test_a_resume_gives_a_timer_that_used_up_its_retries_a_fresh_budget(
     fake_clock.advance(ms=1000)
     assert timers_fire_page().fired == 1
     assert pending("alpha") == {}
+
+
+def test_setting_a_retrying_timer_again_gives_it_a_fresh_retry_budget(
+    install, fake_clock, settings
+):
+    # a timer that used up part of its retries is moved by a later frame: it is a new timer,
+    # whose own `Retry`s count from zero (not a defect at the first one)
+    settings.HOST_RETRY_LIMIT = 2
+
+    def hook(ctx: Any, timer: Any) -> None:
+        raise Retry(1, "still down")
+
+    install(make_ext("alpha", on_timer=hook))
+    set_timers("alpha", k=0)
+    for _ in range(2):
+        assert timers_fire_page().retried == 1
+        fake_clock.advance(ms=1000)
+    assert Timer.objects.get(extension_id="alpha", key="k").retry_attempt == 2
+
+    set_timers("alpha", k=fake_clock.now_ms())
+    assert Timer.objects.get(extension_id="alpha", key="k").retry_attempt == 0
+    assert timers_fire_page().retried == 1
+    assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
 def test_a_sweep_that_fired_waits_for_timers_falling_due_within_the_pump_window(

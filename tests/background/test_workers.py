@@ -95,6 +95,79 @@ def test_wakes_during_a_run_coalesce_into_one_pending_wake_last_wins(
     assert wakes == ["first", "third"]
 
 
+def test_a_wake_that_arrived_during_a_run_is_sent_a_run_when_that_run_finishes(
+    install, sent, django_capture_on_commit_callbacks
+):
+    # the wake's own task came while the run was in flight (and found it busy): the finishing
+    # run is what sends the next one
+    wakes: list[str] = []
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        wakes.append(wake.conversation_id)
+        if len(wakes) == 1:
+            worker_wake(
+                extension_id="alpha",
+                name="tidy",
+                wake=WorkerWake(event="conversation_archived", conversation_id="second"),
+            )
+            assert worker_run(extension_id="alpha", name="tidy") == "busy"  # its task's run
+
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert worker_run(extension_id="alpha", name="tidy") == "ok"
+
+    # the wake's own task (spent above on a busy worker) and the finishing run's
+    assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")] * 2
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    assert wakes == ["c", "second"]
+
+
+def test_a_run_past_its_deadline_keeps_its_lease_for_the_grace(install, sent, fake_clock):
+    # a run a little past its deadline is still finishing, not dead: no other run takes over
+    seen: list[str] = []
+
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        seen.append(wake.conversation_id)
+        if len(seen) == 1:
+            fake_clock.advance(seconds=2)  # its deadline (1 s) has passed
+            worker_wake(
+                extension_id="alpha", name="tidy", wake=WorkerWake("conversation_created", "second")
+            )
+            seen.append(worker_run(extension_id="alpha", name="tidy", delivery="other"))
+
+    install(
+        with_worker(run, deadline_s=1, wake_on=("conversation_archived", "conversation_created"))
+    )
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    worker_run(extension_id="alpha", name="tidy", delivery="first")
+
+    assert seen == ["c", "busy"]
+
+
+def test_a_late_finish_of_a_run_leaves_the_lease_another_run_took_over(install, sent, fake_clock):
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        # meanwhile this run's lease ran out and another process's run took the worker over
+        WorkerState.objects.filter(extension_id="alpha").update(
+            running_token="other", running_until=fake_clock.now_ms() + 61_000
+        )
+        worker_wake(
+            extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "d")
+        )
+
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.running_token == "other"
+    assert worker_run(extension_id="alpha", name="tidy") == "busy"  # one run at a time
+
+
 def test_a_failing_run_is_recorded_and_notified_as_job_failed_without_a_stop(install, sent):
     calls: list[int] = []
 
@@ -434,6 +507,36 @@ def test_store_trouble_in_a_run_keeps_the_wake_and_is_not_the_extensions_failure
     with django_capture_on_commit_callbacks(execute=True):
         workers_wake_pending()
     assert [args for args, _ in sent.of("run_worker")] == [("alpha", "tidy")]
+
+
+def test_store_trouble_in_a_run_leaves_a_wake_that_arrived_meanwhile_pending(install, sent):
+    def run(ctx: Any, wake: WorkerWake) -> None:
+        worker_wake(
+            extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "new")
+        )
+        raise OperationalError("database is locked")
+
+    install(with_worker(run))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "old"))
+
+    assert worker_run(extension_id="alpha", name="tidy") == "unavailable"
+
+    state = WorkerState.objects.get(extension_id="alpha", name="tidy")
+    assert state.pending_wake == {"event": "conversation_archived", "conversation_id": "new"}
+
+
+def test_the_worker_sweep_sends_no_run_to_a_worker_without_a_pending_wake(
+    install, sent, django_capture_on_commit_callbacks
+):
+    install(with_worker(lambda ctx, wake: None))
+    worker_wake(extension_id="alpha", name="tidy", wake=WorkerWake("conversation_archived", "c"))
+    assert worker_run(extension_id="alpha", name="tidy") == "ok"
+    sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        workers_wake_pending()
+
+    assert sent.of("run_worker") == []
 
 
 def test_a_dead_run_whose_lease_ran_out_is_recorded_once_by_the_task_that_takes_over(

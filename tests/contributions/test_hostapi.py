@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import F
@@ -450,3 +451,38 @@ def test_the_deadline_left_is_known_only_inside_a_bounded_call_and_never_extende
             assert inner is not None and inner <= 1
     marker.open = False
     assert deadlines.seconds_left() is None
+
+
+def test_inside_another_extensions_frame_a_host_call_keeps_its_own_extensions_grants(
+    install, conversation
+):
+    install(make_host_ext("bare", grants={"state"}), make_host_ext("bridge", grants=ALL))
+    conversation("c1")
+    bare = ctx_of("bare").host
+    refused = []
+
+    def borrow(ctx):
+        try:
+            bare.users.list()
+        except AdmissionError as exc:
+            refused.append(exc.message)
+
+    ctx_of("bridge").update(borrow)
+    assert refused == ["Extension is not granted host"]
+    assert not AuditEntry.objects.filter(actor="ext:bare").exists()
+
+
+def test_a_deactivated_user_has_no_access_and_the_service_user_is_no_person(install, owner, member):
+    from core.auth import SERVICE_USERNAME
+
+    install(make_host_ext("bridge", grants=ALL))
+    host = ctx_of("bridge").host
+    shared = {"owner": "owner", "sharing": "users"}
+    assert host.access.access_of({"user": "member"}, shared) == "read"
+    member.is_active = False
+    member.save(update_fields=["is_active"])
+    assert host.access.access_of({"user": "member"}, shared) == "none"
+    assert host.access.access_of("member", {"owner": "member"}) == "none"
+    get_user_model().objects.get_or_create(username=SERVICE_USERNAME)
+    assert SERVICE_USERNAME not in [u["username"] for u in host.users.list()]
+    assert host.users.get(SERVICE_USERNAME) is None

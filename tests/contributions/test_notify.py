@@ -16,10 +16,11 @@ from extensions_host.contributions.models import (
 from extensions_host.contributions.services.notify import (
     notification_deliver,
     notification_emit,
+    notifications_due,
     notifications_sweep,
 )
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime.deadlines import seconds_left
+from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS, seconds_left
 from extensions_host.sdk import Extension, Notifier, Retry
 
 from .exts import make_notifier_ext
@@ -254,6 +255,24 @@ def test_only_notifiers_with_the_grant_admitted_get_deliveries(
     assert NotificationDelivery.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "change",
+    [{"admitted_grants": []}, {"revision": "another-revision"}],
+    ids=["grant withdrawn", "roster at another revision"],
+)
+def test_a_notifier_unavailable_since_the_emit_is_skipped_without_running(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks, change
+):
+    calls = []
+    install(make_notifier_ext(notify=lambda ctx, event: calls.append(event)))
+    emit(django_capture_on_commit_callbacks)
+    RosterEntry.objects.filter(pk="ntfy").update(**change)
+    assert notification_deliver(delivery_id=enqueued[0][0]) == "skipped"
+    assert calls == []
+    delivery = NotificationDelivery.objects.get()
+    assert (delivery.status, delivery.delivered_at) == (DeliveryStatus.SKIPPED, None)
+
+
 def test_a_secret_in_a_failure_is_redacted(
     install, notify_settings, enqueued, django_capture_on_commit_callbacks
 ):
@@ -332,3 +351,48 @@ def test_settling_records_no_notification_when_no_extension_has_a_notifier(
         run_settle(run_id=run_id, status="unanswered", reason="nothing to say")
     assert Notification.objects.count() == 0
     assert enqueued == []
+
+
+def test_without_a_public_url_a_notification_carries_no_link(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    received = []
+    install(make_notifier_ext(notify=lambda ctx, event: received.append(event)))
+    notify_settings.HOST_PUBLIC_URL = ""
+    notification = emit(django_capture_on_commit_callbacks)
+    assert notification.url == ""
+    assert notification_deliver(delivery_id=enqueued[0][0]) == "delivered"
+    assert received[0].url is None
+    notify_settings.HOST_PUBLIC_URL = "https://hyphae.example/"
+    assert emit(django_capture_on_commit_callbacks).url == "https://hyphae.example/inspect/c1"
+
+
+def test_a_failed_attempt_does_not_reopen_a_delivery_finished_meanwhile(
+    install, notify_settings, enqueued, django_capture_on_commit_callbacks
+):
+    def fail_after_another_worker_delivered(ctx, event):
+        # a worker that took over a lapsed claim delivered it while this attempt was failing
+        NotificationDelivery.objects.update(status=DeliveryStatus.DELIVERED)
+        raise ConnectionError("transport down")
+
+    install(make_notifier_ext(notify=fail_after_another_worker_delivered))
+    emit(django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert notification_deliver(delivery_id=enqueued[0][0]) == "retry"
+    assert NotificationDelivery.objects.get().status == DeliveryStatus.DELIVERED
+
+
+def test_a_claim_outlasts_the_longest_notifier_deadline_so_the_sweep_leaves_it_alone(
+    install, notify_settings, enqueued, fake_clock, django_capture_on_commit_callbacks
+):
+    due_during_the_call = []
+
+    def slow(ctx, event):
+        fake_clock.advance(seconds=MAX_DEADLINE_SECONDS)  # as long as any deadline allows
+        due_during_the_call.append(notifications_due())
+
+    install(make_notifier_ext(notify=slow))
+    emit(django_capture_on_commit_callbacks)
+    assert notification_deliver(delivery_id=enqueued[0][0]) == "delivered"
+    assert due_during_the_call == [[]]
+    assert NotificationDelivery.objects.get().attempts == 1

@@ -14,8 +14,10 @@ from django.core.management import call_command
 from django.db import connection
 from kombu.transport import memory
 
+from core.errors import HostError
 from core.logging import JsonFormatter
-from extensions_host.contributions.models import ExtensionSecret
+from core.models import AuditEntry
+from extensions_host.contributions.models import ExtensionSecret, ExtensionSettings
 from extensions_host.contributions.services import stores
 from extensions_host.contributions.services.notify import notification_deliver, notification_emit
 from extensions_host.models import RosterEntry
@@ -222,3 +224,66 @@ def test_paths_are_per_extension_directories_under_the_data_dir(vault, settings,
     assert Path(paths.cache) == tmp_path / "cache" / "vault"
     assert Path(paths.state) == tmp_path / "state" / "vault"
     assert all(Path(p).is_dir() for p in (paths.data, paths.cache, paths.state))
+
+
+def test_a_secret_value_with_a_nul_is_refused_before_writing(vault):
+    with pytest.raises(StateError, match="Secret value must be"):
+        vault.stores.secrets.set("k", "before\x00after")
+    assert not ExtensionSecret.objects.exists()
+
+
+def test_a_secret_of_an_extension_not_in_the_roster_is_refused_as_unavailable(vault):
+    with pytest.raises(StateError, match="not in the roster") as refused:
+        stores.secret_set(extension_id="ghost", key="k", value=SECRET)
+    assert refused.value.kind == "unavailable"
+    assert not ExtensionSecret.objects.filter(extension_id="ghost").exists()
+
+
+def test_reencryption_moves_only_rows_under_an_old_key_and_a_second_run_moves_none(vault, settings):
+    settings.HOST_SECRET_KEY = "first-key"
+    settings.HOST_SECRET_KEYS_OLD = []
+    vault.stores.secrets.set("a", "alpha-secret")
+    vault.stores.secrets.set("b", "beta-secret")
+    settings.HOST_SECRET_KEY = "second-key"
+    settings.HOST_SECRET_KEYS_OLD = ["first-key"]
+    vault.stores.secrets.set("c", "gamma-secret")  # already under the current key
+    current = ExtensionSecret.objects.get(key="c").ciphertext
+    assert stores.secrets_reencrypt() == {"reencrypted": 2, "unreadable": 0}
+    assert ExtensionSecret.objects.get(key="c").ciphertext == current  # left as it was
+    assert stores.secrets_reencrypt() == {"reencrypted": 0, "unreadable": 0}
+    assert {k: vault.stores.secrets.get(k) for k in "abc"} == {
+        "a": "alpha-secret",
+        "b": "beta-secret",
+        "c": "gamma-secret",
+    }
+
+
+def test_staff_deleting_a_secret_that_does_not_exist_records_no_audit_entry(vault):
+    stores.secret_edit(extension_id="vault", key="never_set", value=None, actor="staff")
+    assert not AuditEntry.objects.filter(action__startswith="extension_secret_").exists()
+    stores.secret_edit(extension_id="vault", key="k", value=SECRET, actor="staff")
+    stores.secret_edit(extension_id="vault", key="k", value=None, actor="staff")
+    assert list(
+        AuditEntry.objects.filter(action__startswith="extension_secret_")
+        .order_by("pk")
+        .values_list("action", flat=True)
+    ) == ["extension_secret_set", "extension_secret_deleted"]
+
+
+def test_another_extensions_frame_can_neither_read_nor_write_its_secrets(vault, install):
+    vault.stores.secrets.set("api_key", SECRET)
+    install(make_host_ext("reader", grants={"state"}), make_host_ext("writer", grants={"state"}))
+    stolen: list[str | None] = []
+    with pytest.raises(BaseException, match="another extension's context"):
+        ctx_of("reader").update(lambda ctx: stolen.append(vault.stores.secrets.get("api_key")))
+    assert stolen == []
+    with pytest.raises(BaseException, match="another extension's context"):
+        ctx_of("writer").update(lambda ctx: vault.stores.secrets.set("api_key", "overwritten"))
+    assert vault.stores.secrets.get("api_key") == SECRET
+
+
+def test_settings_of_an_extension_not_in_the_roster_are_refused_as_not_found(vault):
+    with pytest.raises(HostError, match="not in the roster") as refused:
+        stores.settings_store(extension_id="ghost", value={"channel": "#general"})
+    assert refused.value.status == 404
+    assert not ExtensionSettings.objects.filter(pk="ghost").exists()

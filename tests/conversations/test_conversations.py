@@ -294,6 +294,26 @@ def test_fork_refuses_a_name_over_200_characters_and_writes_nothing(owner, kit):
     assert list(Conversation.objects.values_list("pk", flat=True)) == ["parent"]
 
 
+def test_a_fork_child_id_reused_at_another_fork_point_is_a_409(owner, kit):
+    from conversations.services import conversation_fork
+    from core.auth import user_principal
+    from core.errors import HostError
+
+    kit.conversation("parent")
+    first = kit.submit("parent", say="one").entry.pk
+    second = kit.submit("parent", say="two").entry.pk
+    principal = user_principal(owner, "token")
+    conversation_fork(principal=principal, conversation_id="parent", at=first, child_id="child")
+
+    with pytest.raises(HostError) as refused:
+        conversation_fork(
+            principal=principal, conversation_id="parent", at=second, child_id="child"
+        )
+
+    assert (refused.value.cause, refused.value.message) == ("conflict", "Conversation id is taken")
+    assert Conversation.objects.get(pk="child").forked_at_entry == first
+
+
 def test_fork_at_an_entry_of_another_conversation_is_a_400(api, owner, kit):
     kit.conversation("a")
     kit.conversation("b")

@@ -285,6 +285,86 @@ def test_settling_is_idempotent_and_a_different_outcome_is_a_409(kit, runtime):
     assert SettledCounter.objects.get().value == 1
 
 
+def test_settling_again_with_another_answer_entry_or_reason_is_a_409(kit):
+    kit.conversation()
+    kit.submit()
+    run = kit.claim()
+    answer, other = kit.answer(run, "one"), kit.answer(run, "two")
+    services.run_settle(run_id=run.pk, status="answered", answer_entry_id=answer.pk)
+    with pytest.raises(HostError) as answered:
+        services.run_settle(run_id=run.pk, status="answered", answer_entry_id=other.pk)
+    assert answered.value.message == "Run is already settled with a different outcome"
+
+    kit.submit()
+    second = kit.claim()
+    services.run_settle(run_id=second.pk, status="unanswered", reason="gave up")
+    with pytest.raises(HostError) as unanswered:
+        services.run_settle(run_id=second.pk, status="unanswered", reason="other")
+    assert unanswered.value.message == "Run is already settled with a different outcome"
+    assert Run.objects.get(pk=run.pk).answer_entry_id == answer.pk
+    assert Run.objects.get(pk=second.pk).reason == "gave up"
+
+
+def test_settling_a_released_run_is_a_409_that_says_it_was_released(kit, fake_clock, settings):
+    kit.conversation()
+    kit.submit()
+    run = kit.claim()
+    fake_clock.advance(seconds=settings.RUN_LEASE_SECONDS + 1)
+    services.runs_expire_leases()
+
+    with pytest.raises(HostError) as refused:
+        services.run_settle(run_id=run.pk, status="unanswered", reason="late")
+
+    assert (refused.value.cause, refused.value.message) == (
+        "conflict",
+        "Run was released after its lease expired; claim again",
+    )
+
+
+def test_steers_are_taken_only_into_a_claimed_run_and_only_steers(kit):
+    kit.conversation()
+    kit.submit(say="first")
+    run = kit.claim()
+    follow_up = kit.submit(say="next")  # queued for the next run
+    steer = kit.submit(say="steer", delivery="steer")
+
+    assert [s.pk for s in services.run_steers_take(run_id=run.pk)] == [steer.pk]
+    assert Submission.objects.get(pk=follow_up.pk).status == "queued"
+
+    kit.settle(run)
+    late = kit.submit(say="late", delivery="steer")
+    with pytest.raises(HostError) as refused:
+        services.run_steers_take(run_id=run.pk)
+    assert refused.value.cause == "conflict"
+    assert Submission.objects.get(pk=late.pk).status == "queued"  # left for the next run
+
+
+def test_claim_any_passes_over_busy_conversations_to_reach_free_work(kit, monkeypatch):
+    # a busy conversation's queued work is older, but it is not a candidate: with one
+    # candidate per call, the free conversation is still claimed
+    monkeypatch.setattr("conversations.services.runs.CLAIM_CANDIDATES", 1)
+    kit.conversation("busy")
+    kit.conversation("free")
+    kit.submit("busy", say="one")
+    kit.claim("busy")
+    kit.submit("busy", say="waits for the next run")
+    kit.submit("free")
+
+    assert kit.claim(None).conversation_id == "free"
+
+
+def test_the_lease_sweep_reports_more_when_it_handled_a_full_page(kit, fake_clock, settings):
+    for cid in ("a", "b"):
+        kit.conversation(cid)
+        kit.submit(cid)
+        kit.claim(cid)
+    fake_clock.advance(seconds=settings.RUN_LEASE_SECONDS + 1)
+
+    assert services.runs_expire_leases(limit=1) == (1, True)
+    assert services.runs_expire_leases(limit=1) == (1, True)
+    assert services.runs_expire_leases(limit=1) == (0, False)
+
+
 def test_settle_validates_the_outcome(kit, runtime):
     kit.conversation("a")
     kit.conversation("b")

@@ -36,6 +36,18 @@ def test_the_same_request_id_and_content_returns_the_existing_submission(api, ow
     assert Entry.objects.count() == 1
 
 
+def test_the_same_request_id_with_another_not_before_is_a_409(owner, kit):
+    kit.conversation()
+    later = clock.now() + dt.timedelta(minutes=5)
+    kit.submit(request_id="r1", not_before=later)
+
+    with pytest.raises(HostError) as refused:
+        kit.submit(request_id="r1", not_before=later + dt.timedelta(minutes=5))
+
+    assert refused.value.cause == "conflict"
+    assert Submission.objects.get().not_before == later
+
+
 def test_the_same_request_id_with_different_content_is_a_409(api, owner, kit):
     kit.conversation()
     client = api(owner)

@@ -387,3 +387,22 @@ def test_a_projection_that_stops_its_extension_shows_none_of_its_items_in_that_r
     assert roster("watch").status == ExtensionStatus.STOPPED
     assert body["slots"]["moving"]["status"] == "stopped"
     assert sorted(i["id"] for i in body["attention"]) == ["moving-1", "other-1"]
+
+
+def test_clearing_an_item_id_another_extension_also_uses_leaves_its_item_alone(
+    install, conversation
+):
+    install(
+        make_ext("alpha", grants={"attention"}),
+        make_ext("beta", grants={"attention"}),
+    )
+    conversation("c1")
+    assert in_frame("alpha", set_items(item("shared"))).ok
+    assert in_frame("beta", set_items(item("shared"))).ok
+    cleared = in_frame("alpha", lambda ctx: ctx.attention.clear("c1", "shared"))
+    assert cleared.ok and cleared.value is True
+    assert list(AttentionItem.objects.values_list("extension_id", "item_id")) == [
+        ("beta", "shared")
+    ]
+    again = in_frame("alpha", lambda ctx: ctx.attention.clear("c1", "shared"))
+    assert again.ok and again.value is False

@@ -161,7 +161,9 @@ def timer_cancel(*, frame: Frame, key: str) -> bool:
         return False  # fired in this page: already deleted (its row goes when the page ends)
     deleted, _ = Timer.objects.filter(extension_id=frame.extension_id, key=key).delete()
     frame.scratch.setdefault(_KEYS, set()).add(key)
-    if deleted:
+    if deleted and frame.scratch.get(_COUNT) is not None:
+        # a count the frame took before is charged the removal; one it takes later reads the
+        # row gone already (charging it there too would let the frame past its quota)
         _count_charge(frame, -1)
     return bool(deleted)
 
