@@ -855,3 +855,15 @@ def test_only_whole_numbers_within_the_safe_integers_are_written_as_integers():
     assert payload_text(payload, "application/json") == (
         '{"big":1.152921504606847e+18,"fraction":1.5,"nested":[3,{"x":0}],"whole":2}'
     )
+
+
+def test_a_process_keeps_a_bounded_number_of_event_statements_whatever_counts_it_meets():
+    """A flush writes as many event rows as it supersedes (1 to a page of 1,000): the statement
+    texts a process keeps stay bounded, the most recent counts cached."""
+    from artifacts.services.sql import _write_sql
+
+    for events in range(1, 1001):
+        _write_sql(True, events, True, False)
+
+    assert _write_sql.cache_info().currsize <= 64
+    assert _write_sql(True, 1000, True, False).count("(%s") >= 1000  # still the right text

@@ -35,6 +35,9 @@ UPCOMING_SHOWN = 20
 # The projection reads at most this many pages of a conversation's reminders (bounded reads).
 PROJECTION_PAGES = 16
 TITLE_MAX = 200
+# a due reminder's attention item goes by itself after a week if nobody dismisses it: left
+# for ever, undismissed items would fill the extension's attention quota (1,024 by default)
+DUE_SHOWN_MS = 7 * 24 * 3600 * 1000
 
 
 class Reminder(BaseModel):
@@ -185,6 +188,7 @@ def due(ctx: Context, timer: TimerEvent) -> None:
             title=_bounded(f"Reminder due: {reminder.text}", TITLE_MAX),
             body=reminder.text,
             command={"name": "dismiss", "input": {"id": reminder.id}},
+            expires_at_ms=timer.fired_at + DUE_SHOWN_MS,
         ),
     )
     store.put(reminder.model_copy(update={"status": "fired", "fired_at": timer.fired_at}))

@@ -77,6 +77,18 @@ def test_a_due_reminder_raises_an_attention_item_that_dismiss_clears(host):
     assert host.attention("c1") == []
 
 
+def test_an_undismissed_reminder_leaves_the_attention_list_after_a_week(host):
+    """Undismissed items would otherwise pile up to the extension's attention quota."""
+    remind(host, "water the plants", 30)
+    host.advance(seconds=30)
+    host.fire_timers()
+
+    host.advance(seconds=7 * 24 * 3600 - 1)
+    assert [item["title"] for item in host.attention("c1")] == ["Reminder due: water the plants"]
+    host.advance(seconds=1)
+    assert host.attention("c1") == []
+
+
 def test_the_projection_lists_upcoming_reminders_soonest_first(host):
     later = remind(host, "later", 600)
     sooner = remind(host, "sooner", 60)
