@@ -65,6 +65,14 @@ def beat_schedule(*, tick: float) -> dict[str, dict]:
         "retention": {"task": "conversations.tasks.retention_sweep", "schedule": 24 * 3600.0},
         # Drop stored idempotency results older than 24 hours.
         "prune": {"task": "core.tasks.prune", "schedule": 3600.0},
+        # Delete expired sessions (Django's `clearsessions`, in pages).
+        "clear-sessions": {"task": "core.tasks.clear_sessions", "schedule": 24 * 3600.0},
+        # Delete host-API call audit entries (`host.*`) older than
+        # HOST_AUDIT_HOST_CALLS_RETENTION_DAYS (no-op when unset: kept forever).
+        "prune-audit-host-calls": {
+            "task": "core.tasks.prune_audit_host_calls",
+            "schedule": 24 * 3600.0,
+        },
         # Resume stopped extensions whose auto-resume backoff (1, 5, 30 min) has passed.
         "auto-resume": {"task": "extensions_host.tasks.auto_resume_sweep", "schedule": 30.0},
         # Fire due extension timers (precise `eta` wakes come on top, see background/services/wake).
@@ -105,6 +113,11 @@ def beat_schedule(*, tick: float) -> dict[str, dict]:
             "task": "extensions_host.background.tasks.background_prune",
             "schedule": 3600.0,
         },
+        # Delete the idle marks of conversations that no longer exist (they have no foreign key).
+        "prune-idle-marks": {
+            "task": "extensions_host.background.tasks.prune_idle_marks",
+            "schedule": 3600.0,
+        },
         # Drop expired attention items (they are already hidden from every view).
         "prune-attention": {
             "task": "extensions_host.surfaces.tasks.prune_attention",
@@ -114,6 +127,12 @@ def beat_schedule(*, tick: float) -> dict[str, dict]:
         "notifications-sweep": {
             "task": "extensions_host.contributions.tasks.notifications_sweep",
             "schedule": 30.0,
+        },
+        # Delete notifications older than HOST_NOTIFICATION_RETENTION_DAYS whose deliveries are
+        # all finished (one still pending or in flight is kept).
+        "prune-notifications": {
+            "task": "extensions_host.contributions.tasks.notifications_prune",
+            "schedule": 3600.0,
         },
     }
     return schedule

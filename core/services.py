@@ -1,10 +1,11 @@
-"""Host-core services: API tokens, the audit log, beat liveness and readiness."""
+"""Host-core services: API tokens, the audit log, beat liveness and readiness, housekeeping."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
@@ -216,6 +217,58 @@ def idempotency_prune(*, limit: int = IDEMPOTENCY_PRUNE_PAGE) -> tuple[int, bool
     )
     if page:
         IdempotencyResult.objects.filter(pk__in=page).delete()
+    return len(page), len(page) == limit
+
+
+SESSIONS_PRUNE_PAGE = 1000
+
+
+def sessions_clear_expired(*, limit: int = SESSIONS_PRUNE_PAGE) -> tuple[int, bool]:
+    """Delete one page of expired sessions of the configured SESSION_ENGINE, oldest first (what
+    `manage.py clearsessions` does, in pages). Returns (deleted, more may remain).
+
+    Database-backed engines (`db`, `cached_db`) are paged here: a first run can meet months of
+    sessions, too many for one DELETE. Other engines expire on their own and get their own
+    `clear_expired()` (a no-op for cache and signed-cookie sessions)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if not hasattr(store, "get_model_class"):
+        store.clear_expired()
+        return 0, False
+    model = store.get_model_class()
+    # Django stamps expire_date with its own clock (timezone.now), so it is compared with that
+    # one, as clearsessions does; served by expire_date's index
+    page = list(
+        model.objects.filter(expire_date__lt=timezone.now())
+        .order_by("expire_date", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if page:
+        model.objects.filter(pk__in=page).delete()
+    return len(page), len(page) == limit
+
+
+# the audit actions of extension host-API calls (`_Area._audit` in contributions.hostapi): the
+# only audit entries HOST_AUDIT_HOST_CALLS_RETENTION_DAYS may delete
+HOST_CALL_ACTION_PREFIX = "host."
+AUDIT_PRUNE_PAGE = 1000
+
+
+def audit_host_calls_prune(*, limit: int = AUDIT_PRUNE_PAGE) -> tuple[int, bool]:
+    """Delete one page of host-API call entries (`host.*`) older than
+    HOST_AUDIT_HOST_CALLS_RETENTION_DAYS (host clock), oldest first; nothing when it is unset
+    (the default: kept forever). Staff actions, stops and resumes are never deleted. Returns
+    (deleted, more may remain)."""
+    days = settings.HOST_AUDIT_HOST_CALLS_RETENTION_DAYS
+    if days is None:
+        return 0, False
+    cutoff = clock.now() - dt.timedelta(days=days)
+    host_calls = AuditEntry.objects.filter(
+        action__startswith=HOST_CALL_ACTION_PREFIX, at__lt=cutoff
+    )
+    # served by the `at` index (oldest first); the few old staff rows are filtered out
+    page = list(host_calls.order_by("at", "pk").values_list("pk", flat=True)[:limit])
+    if page:
+        host_calls.filter(pk__in=page).delete()
     return len(page), len(page) == limit
 
 

@@ -578,6 +578,15 @@ HOST_WEBUI_BUNDLE = env.str("HOST_WEBUI_BUNDLE", default="")
 HOST_NOTIFY_MAX_ATTEMPTS = env_int("HOST_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
 HOST_NOTIFY_BACKOFF_SECONDS = env_int("HOST_NOTIFY_BACKOFF_SECONDS", 10, minimum=1)
 HOST_NOTIFY_BACKOFF_MAX_SECONDS = env_int("HOST_NOTIFY_BACKOFF_MAX_SECONDS", 3600, minimum=1)
+# Notifications whose every delivery is finished (delivered, failed, skipped) are deleted by
+# the hourly prune once older than this many days; one with a delivery still due is kept.
+HOST_NOTIFICATION_RETENTION_DAYS = env_int("HOST_NOTIFICATION_RETENTION_DAYS", 30, minimum=1)
+# Audit entries of extension host-API calls (`host.*`): unset keeps them forever (spec 05 has
+# every call attributed); N deletes those older than N days daily. Staff actions, stops and
+# auto-resumes are never pruned.
+HOST_AUDIT_HOST_CALLS_RETENTION_DAYS = env_int(
+    "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS", None, minimum=1
+)
 # How often ctx.host.conversations.watch polls a conversation's version.
 HOST_WATCH_POLL_SECONDS = env_float("HOST_WATCH_POLL_SECONDS", 0.1, maximum=10)
 # /metrics: a bearer token, and/or the networks allowed without one (loopback by default; set

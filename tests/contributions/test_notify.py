@@ -3,20 +3,26 @@ health, never a stop."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
+from functools import partial
 
 import pytest
 
+from core import clock
+from extensions_host.contributions import tasks
 from extensions_host.contributions.models import (
     DeliveryStatus,
     Notification,
     NotificationDelivery,
     NotifierHealth,
 )
+from extensions_host.contributions.services import notify
 from extensions_host.contributions.services.notify import (
     notification_deliver,
     notification_emit,
     notifications_due,
+    notifications_prune,
     notifications_sweep,
 )
 from extensions_host.models import ExtensionStatus, RosterEntry
@@ -353,6 +359,28 @@ def test_settling_records_no_notification_when_no_extension_has_a_notifier(
     assert enqueued == []
 
 
+@pytest.mark.parametrize(
+    "change",
+    [{"admitted_grants": []}, {"status": ExtensionStatus.STOPPED, "reason": "x"}],
+    ids=["notify not admitted", "extension stopped"],
+)
+def test_settling_records_no_notification_when_no_notifier_is_eligible(
+    install, owner, enqueued, django_capture_on_commit_callbacks, change
+):
+    """A loaded extension declares a notifier, but it may not run: nobody would receive it."""
+    from conversations.services.settle import run_settle
+    from tests.background.conftest import claimed_runs
+
+    install(make_notifier_ext(notify=lambda ctx, event: None))
+    RosterEntry.objects.filter(pk="ntfy").update(**change)
+    [run_id] = claimed_runs(owner, 1, "ne")
+    with django_capture_on_commit_callbacks(execute=True):
+        run_settle(run_id=run_id, status="unanswered", reason="nothing to say")
+    assert Notification.objects.count() == 0
+    assert NotificationDelivery.objects.count() == 0
+    assert enqueued == []
+
+
 def test_without_a_public_url_a_notification_carries_no_link(
     install, notify_settings, enqueued, django_capture_on_commit_callbacks
 ):
@@ -396,3 +424,93 @@ def test_a_claim_outlasts_the_longest_notifier_deadline_so_the_sweep_leaves_it_a
     assert notification_deliver(delivery_id=enqueued[0][0]) == "delivered"
     assert due_during_the_call == [[]]
     assert NotificationDelivery.objects.get().attempts == 1
+
+
+# --- pruning finished notifications -----------------------------------------------------------
+
+
+def stored(title: str, *, age_days: float, statuses: tuple[str, ...] = ("delivered",)):
+    """A notification `age_days` old (host clock) with one delivery per status."""
+    notification = Notification.objects.create(type="job.failed", title=title)
+    Notification.objects.filter(pk=notification.pk).update(
+        created_at=clock.now() - dt.timedelta(days=age_days)
+    )
+    for n, status in enumerate(statuses):
+        NotificationDelivery.objects.create(
+            notification=notification, extension_id=f"ext{n}", notifier="push", status=status
+        )
+    return notification
+
+
+def titles() -> set[str]:
+    return set(Notification.objects.values_list("title", flat=True))
+
+
+def test_finished_notifications_older_than_the_retention_are_pruned_with_their_deliveries(
+    db, fake_clock, settings
+):
+    settings.HOST_NOTIFICATION_RETENTION_DAYS = 30
+    stored("old delivered", age_days=31)
+    stored("old mixed", age_days=31, statuses=("delivered", "failed", "skipped"))
+    stored("old without deliveries", age_days=31, statuses=())
+    stored("young", age_days=29)
+    assert notifications_prune() == (3, False)
+    assert titles() == {"young"}
+    assert NotificationDelivery.objects.count() == 1  # the young one's: the others cascaded
+    fake_clock.advance(seconds=2 * 86400)  # the young one is now 31 days old
+    assert notifications_prune() == (1, False)
+    assert not Notification.objects.exists()
+    assert not NotificationDelivery.objects.exists()
+
+
+@pytest.mark.parametrize("open_status", ["pending", "in_flight"])
+def test_a_notification_with_a_delivery_still_due_is_kept_however_old(db, fake_clock, open_status):
+    """Pending covers a retry waiting for its backoff; in flight, a worker calling it now."""
+    kept = stored("open", age_days=400, statuses=("delivered", open_status))
+    assert notifications_prune() == (0, False)
+    assert titles() == {"open"}
+    NotificationDelivery.objects.filter(notification=kept, status=open_status).update(
+        status=DeliveryStatus.FAILED
+    )
+    assert notifications_prune() == (1, False)
+    assert not Notification.objects.exists()
+
+
+def test_the_notification_retention_is_the_setting(db, fake_clock, settings):
+    settings.HOST_NOTIFICATION_RETENTION_DAYS = 7
+    stored("eight days", age_days=8)
+    stored("six days", age_days=6)
+    assert notifications_prune() == (1, False)
+    assert titles() == {"six days"}
+
+
+def test_a_notification_prune_deletes_one_page_oldest_first(db, fake_clock):
+    for n in range(5):
+        stored(f"n{n}", age_days=40 - n)
+    assert notifications_prune(limit=2) == (2, True)
+    assert titles() == {"n2", "n3", "n4"}
+
+
+def test_the_notification_prune_task_re_enqueues_itself_while_pages_are_full(
+    db, fake_clock, monkeypatch, django_capture_on_commit_callbacks
+):
+    for n in range(5):
+        stored(f"n{n}", age_days=31)
+    monkeypatch.setattr(notify, "notifications_prune", partial(notifications_prune, limit=2))
+    enqueued: list[int] = []
+    monkeypatch.setattr(tasks.notifications_prune, "delay", lambda: enqueued.append(1))
+    calls = 0
+    while True:
+        calls += 1
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            tasks.notifications_prune()
+        if not callbacks:
+            break
+    assert not Notification.objects.exists()
+    assert (calls, len(enqueued)) == (3, 2)  # pages of 2, 2, then 1 (not full: no re-enqueue)
+
+
+def test_a_pruned_delivery_whose_task_arrives_late_does_nothing(db, fake_clock, enqueued):
+    delivery = stored("gone", age_days=31, statuses=("skipped",)).deliveries.get()
+    assert notifications_prune() == (1, False)
+    assert notification_deliver(delivery_id=delivery.pk) == "not_due"

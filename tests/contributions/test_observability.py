@@ -118,5 +118,11 @@ def test_stored_runs_and_artifact_records_are_gauges_not_counters(db):
         for line in text.splitlines()
         if line.startswith("# TYPE") and line.endswith(" counter")
     }
-    # the only counters left count audit entries, which are never deleted
-    assert counters == {"hyphae_extension_stops_total", "hyphae_extension_auto_resumes_total"}
+    # the counters count what is never deleted nor moved back: stop and resume audit entries,
+    # the settled sequence, the notifiers' health rows
+    assert counters == {
+        "hyphae_extension_stops_total",
+        "hyphae_extension_auto_resumes_total",
+        "hyphae_runs_settled_total",
+        "hyphae_notifier_failed_deliveries_total",
+    }

@@ -3,6 +3,7 @@ worker runs, so stopping the workers never makes the host report a dead beat (sp
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -108,3 +109,34 @@ def test_the_beat_process_marks_itself_alive_with_no_worker_running(tmp_path):
 
     assert list(var.glob("celerybeat-schedule*"))
     assert not list(workdir.iterdir())
+
+
+# the housekeeping entries: what each deletes is tested with its service; here, that beat runs it
+HOUSEKEEPING = {
+    "prune": ("core.tasks.prune", 3600.0),
+    "prune-outbox": ("extensions_host.background.tasks.background_prune", 3600.0),
+    "prune-notifications": ("extensions_host.contributions.tasks.notifications_prune", 3600.0),
+    "prune-idle-marks": ("extensions_host.background.tasks.prune_idle_marks", 3600.0),
+    "retention": ("conversations.tasks.retention_sweep", 86400.0),
+    "clear-sessions": ("core.tasks.clear_sessions", 86400.0),
+    "prune-audit-host-calls": ("core.tasks.prune_audit_host_calls", 86400.0),
+}
+
+
+def test_beat_runs_every_housekeeping_prune_at_its_pace():
+    from config.celery import beat_schedule
+
+    schedule = beat_schedule(tick=1.0)
+    assert {
+        name: (schedule[name]["task"], schedule[name]["schedule"]) for name in HOUSEKEEPING
+    } == (HOUSEKEEPING)
+
+
+def test_every_beat_entry_names_a_task_that_exists():
+    from config.celery import beat_schedule
+
+    for name, entry in beat_schedule(tick=1.0).items():
+        module, _, function = entry["task"].rpartition(".")
+        task = getattr(importlib.import_module(module), function, None)
+        assert task is not None, name
+        assert task.name == entry["task"], name

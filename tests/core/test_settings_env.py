@@ -264,6 +264,28 @@ def test_beat_ticks_at_the_interval_dotenv_sets(project):
         ("RETENTION_DAYS", "-3", "RETENTION_DAYS must be an integer >= 1, got -3"),
         ("RETENTION_DAYS", "abc", "RETENTION_DAYS must be an integer >= 1, got 'abc'"),
         ("IDLE_AFTER_SECONDS", "soon", "IDLE_AFTER_SECONDS must be an integer >= 1"),
+        # 0 would make the hourly prune delete every finished notification
+        (
+            "HOST_NOTIFICATION_RETENTION_DAYS",
+            "0",
+            "HOST_NOTIFICATION_RETENTION_DAYS must be an integer >= 1, got 0",
+        ),
+        (
+            "HOST_NOTIFICATION_RETENTION_DAYS",
+            "month",
+            "HOST_NOTIFICATION_RETENTION_DAYS must be an integer >= 1, got 'month'",
+        ),
+        # "keep forever" is the unset default, never 0 (which would delete every host call's entry)
+        (
+            "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS",
+            "0",
+            "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS must be an integer >= 1, got 0",
+        ),
+        (
+            "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS",
+            "forever",
+            "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS must be an integer >= 1, got 'forever'",
+        ),
         ("CELERY_BEAT_INTERVAL_SECONDS", "0", "CELERY_BEAT_INTERVAL_SECONDS must be a number > 0"),
         ("CELERY_BEAT_INTERVAL_SECONDS", "fast", "CELERY_BEAT_INTERVAL_SECONDS must be a number"),
         ("HOST_SSE_POLL_SECONDS", "0", "HOST_SSE_POLL_SECONDS must be a number > 0 and <= 60"),
@@ -326,6 +348,22 @@ def test_a_bad_value_is_refused_at_start_naming_the_variable(project, name, valu
     assert f"django.core.exceptions.ImproperlyConfigured: {message}" in done.stderr
     assert "hunter2" not in done.stderr
     assert "Invalid cache schema" not in done.stderr  # the parser's words, without the name
+
+
+def test_the_retention_settings_default_to_30_days_and_to_keeping_host_calls_forever(project):
+    assert show(
+        project, "HOST_NOTIFICATION_RETENTION_DAYS", "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS"
+    ) == {"HOST_NOTIFICATION_RETENTION_DAYS": 30, "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS": None}
+    assert show(
+        project,
+        "HOST_NOTIFICATION_RETENTION_DAYS",
+        "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS",
+        HOST_NOTIFICATION_RETENTION_DAYS="7",
+        HOST_AUDIT_HOST_CALLS_RETENTION_DAYS="",  # empty: unset, kept forever
+    ) == {"HOST_NOTIFICATION_RETENTION_DAYS": 7, "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS": None}
+    assert show(
+        project, "HOST_AUDIT_HOST_CALLS_RETENTION_DAYS", HOST_AUDIT_HOST_CALLS_RETENTION_DAYS="90"
+    ) == {"HOST_AUDIT_HOST_CALLS_RETENTION_DAYS": 90}
 
 
 def test_a_wake_horizon_at_the_visibility_timeout_is_refused_naming_both(project):

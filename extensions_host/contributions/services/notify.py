@@ -12,17 +12,20 @@ the extension. The next success makes it ok.
 - `notification_deliver(delivery_id=)`: the task body (claim → call outside any transaction →
   record the outcome).
 - `notifications_sweep()`: beat's safety net for lost tasks and crashed workers.
+- `notifications_prune()`: the hourly prune of finished notifications older than
+  HOST_NOTIFICATION_RETENTION_DAYS.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from core import clock
 from core.errors import HostError, bound_text
@@ -50,6 +53,9 @@ logger = logging.getLogger("extensions_host.contributions.notify")
 TITLE_MAX = 200
 BODY_MAX = 4000
 SWEEP_PAGE = 200
+PRUNE_PAGE = 1000
+# a delivery in one of these may still run: its notification is kept
+OPEN_DELIVERY = (DeliveryStatus.PENDING, DeliveryStatus.IN_FLIGHT)
 MSG_TYPE_INVALID = "Notification type must be interaction.pending, job.failed or run.settled"
 
 
@@ -305,6 +311,29 @@ def notifications_sweep() -> int:
     return len(ids)
 
 
+def _prunable(cutoff: dt.datetime) -> QuerySet[Notification]:
+    """Notifications created before `cutoff` with no delivery that may still run."""
+    open_deliveries = NotificationDelivery.objects.filter(
+        notification_id=OuterRef("pk"), status__in=OPEN_DELIVERY
+    )
+    return Notification.objects.filter(created_at__lt=cutoff).filter(~Exists(open_deliveries))
+
+
+def notifications_prune(*, limit: int = PRUNE_PAGE) -> tuple[int, bool]:
+    """Delete one page of notifications older than HOST_NOTIFICATION_RETENTION_DAYS (host
+    clock) whose deliveries are all final (delivered, failed, skipped; none at all counts too),
+    oldest first, their deliveries with them. One still pending (a retry waiting for its
+    backoff included) or in flight is kept. Returns (deleted, more may remain): the task
+    re-enqueues itself while pages are full, so a backlog drains without one unbounded DELETE."""
+    cutoff = clock.now() - dt.timedelta(days=settings.HOST_NOTIFICATION_RETENTION_DAYS)
+    # served by the created_at index; the delivery check by the deliveries' notification index
+    page = list(_prunable(cutoff).order_by("created_at", "pk").values_list("pk", flat=True)[:limit])
+    if page:
+        # re-checked in the DELETE: a final delivery never reopens, this only keeps it obvious
+        _prunable(cutoff).filter(pk__in=page).delete()
+    return len(page), len(page) == limit
+
+
 def notifier_health() -> list[dict[str, Any]]:
     """Every notifier of an installed extension with its delivery health."""
     rows = {(h.extension_id, h.notifier): h for h in NotifierHealth.objects.all()}
@@ -328,9 +357,12 @@ def notifier_health() -> list[dict[str, Any]]:
 
 def notification_run_settled(*, run_id: int) -> Notification | None:
     """`run.settled` for the conversation's owner, after the settle committed (best-effort,
-    like every notification). Nothing is recorded when no loaded extension declares a
-    notifier, so settling stays cheap for the common case."""
+    like every notification). Nothing is recorded unless some notifier is eligible (running,
+    `notify` admitted): a notification nobody would receive is only a row to prune."""
+    # the loaded check reads no row: settling stays free when no extension has a notifier
     if not any(loaded.definition.contributions.notifiers for loaded in registry.loaded().values()):
+        return None
+    if not notifiers_eligible():
         return None
     from conversations.models import Run
 
