@@ -11,6 +11,7 @@ import pytest
 from django.db import OperationalError
 from rest_framework.test import APIClient
 
+from extensions_host.contributions.services.routes import routes_list
 from extensions_host.contributions.services.stores import secret_set
 from extensions_host.models import ExtensionRecord, ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame, deadlines, forget_activations, frames
@@ -548,3 +549,51 @@ def test_a_failing_activate_before_a_route_stops_the_extension_and_the_route_nev
     assert row.status == ExtensionStatus.STOPPED
     assert row.failing_hook == "activation"
     assert row.reason == "activation defect: no credentials"
+
+
+def test_an_anonymous_call_of_an_unavailable_extensions_route_is_401_not_503(install, api):
+    install(make_routes_ext())
+    RosterEntry.objects.filter(pk="web").update(admitted_grants=["state"])
+
+    response = api(None).get("/v1/ext/web/me")
+
+    assert response.status_code == 401  # auth is checked before availability
+    assert exts.calls == []
+
+
+def test_an_uninstalled_extensions_routes_are_404(install, api, member):
+    install(make_routes_ext())
+    RosterEntry.objects.filter(pk="web").update(status=ExtensionStatus.UNINSTALLED)
+
+    response = api(member).get("/v1/ext/web/me")
+
+    assert response.status_code == 404
+    assert exts.calls == []
+
+
+def test_routes_list_marks_routes_unavailable_without_the_routes_grant(install):
+    install(make_routes_ext())
+    assert all(route["available"] for route in routes_list() if route["extension_id"] == "web")
+
+    RosterEntry.objects.filter(pk="web").update(admitted_grants=["state"])
+
+    listed = [route for route in routes_list() if route["extension_id"] == "web"]
+    assert listed
+    assert not any(route["available"] for route in listed)
+
+
+def test_a_declared_length_one_byte_over_the_limit_is_413_before_the_body_is_read(
+    install, api, member
+):
+    # `POST me` accepts 16 bytes, less than the path's registered limit (the middleware's), so
+    # the view's own check decides; the body itself is at the limit, only the declared length
+    # is over it (the exact-limit request is accepted in the test above)
+    install(make_routes_ext("exact", body_limit=16))
+
+    over = api(member).post(
+        "/v1/ext/exact/me", b"x" * 16, content_type="text/plain", CONTENT_LENGTH="17"
+    )
+
+    assert over.status_code == 413
+    assert over.json()["error"]["message"] == "Request body is too large"
+    assert exts.calls == []

@@ -301,3 +301,30 @@ def test_an_extension_answering_outside_its_options_is_a_bound_error(install, co
     )
     assert Interaction.objects.get().status == "pending"
     assert in_frame("ask", lambda ctx: ctx.answer_interaction("c1", "call-1", "no")).value is True
+
+
+def test_an_extension_cannot_answer_or_settle_another_extensions_record(install, conversation):
+    install(asker(), make_ext("other", grants={"attention"}, interaction_kinds=("approval",)))
+    conversation("c1")
+    assert in_frame("ask", seed(record())).ok
+
+    answered = in_frame("other", lambda ctx: ctx.answer_interaction("c1", "call-1", "yes"))
+    settled = in_frame("other", lambda ctx: ctx.settle_interaction("c1", "call-1", "cancelled"))
+
+    assert (answered.value, settled.value) == (False, False)
+    stored = Interaction.objects.get()
+    assert (stored.status, stored.answer, stored.settled_at_ms) == ("pending", None, None)
+
+
+def test_a_users_answer_bumps_the_conversation_version(install, conversation, api, owner):
+    install(asker())
+    conversation("c1")
+    assert in_frame("ask", seed(record())).ok
+    before = Conversation.objects.get(pk="c1").version
+
+    response = api(owner).post(
+        "/v1/conversations/c1/interactions/call-1/answer", {"answer": "yes"}, format="json"
+    )
+
+    assert response.json()["answered"] is True
+    assert Conversation.objects.get(pk="c1").version == before + 1

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from conversations.models import Entry, Role
+from conversations.models import Conversation, Entry, Role, Run
 from conversations.services import Origin, run_settle, submission_admit
-from extensions_host.models import ExtensionStatus
+from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.services.roster import extension_admit_grants
 from extensions_host.surfaces.models import ToolCallResult
+from extensions_host.surfaces.services import toolcalls
 from extensions_host.surfaces.services.participation import successful_tool_result
 
 from .conftest import in_frame, roster
@@ -40,6 +41,10 @@ def tooled(install, conversation, owner, runtime, calls):
     def check(ctx: Any, run: Any, arguments: LookupInput) -> dict[str, bool]:
         return {"seen": ctx.has_successful_tool_result(run, arguments.query)}
 
+    def sized(ctx: Any, run: Any, arguments: LookupInput) -> str:
+        # a JSON string of exactly `limit` bytes: the two quotes and `limit - 2` ASCII letters
+        return "x" * (arguments.limit - 2)
+
     install(
         make_ext(
             "finder",
@@ -48,6 +53,7 @@ def tooled(install, conversation, owner, runtime, calls):
                 "lookup": (LookupInput, lookup),
                 "explode": (LookupInput, explode),
                 "check": (LookupInput, check),
+                "sized": (LookupInput, sized),
             },
         )
     )
@@ -293,3 +299,98 @@ def test_a_tool_call_after_the_run_tools_grant_was_withdrawn_records_ok_false_wi
     assert roster("finder").status == ExtensionStatus.RUNNING
     record = ToolCallResult.objects.get(tool_call_id="tc1")
     assert (record.ok, record.entry.content[0]["ok"]) == (False, False)
+
+
+def _settle(run_id: int) -> None:
+    entry = Entry.objects.create(conversation_id="c1", role="assistant", content=[], run_id=run_id)
+    run_settle(run_id=run_id, status="answered", answer_entry_id=entry.pk)
+
+
+def test_a_call_of_a_settled_run_is_409_and_records_nothing_even_when_the_code_is_gone(
+    tooled, runtime, install, calls
+):
+    _settle(tooled)
+    install(sync=False)  # this process no longer has the extension's code
+
+    response = call(runtime, tooled, tool_call_id="late")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["message"] == "Run is not claimed"
+    assert not ToolCallResult.objects.exists()
+    assert not Entry.objects.filter(role=Role.TOOL).exists()
+
+
+def test_a_run_settled_after_the_first_check_does_not_run_the_handler(
+    tooled, runtime, calls, monkeypatch
+):
+    real_run_info = toolcalls.run_info
+
+    def settle_meanwhile(run: Run) -> Any:
+        # the run settles between the request's first read and the frame
+        _settle(run.pk)
+        return real_run_info(run)
+
+    monkeypatch.setattr(toolcalls, "run_info", settle_meanwhile)
+
+    response = call(runtime, tooled)
+
+    assert response.status_code == 409
+    assert response.json()["error"]["message"] == "Run is not claimed"
+    assert calls == []
+    assert not ToolCallResult.objects.exists()
+
+
+def test_a_recorded_result_is_replayed_after_the_run_settled(tooled, runtime, calls):
+    first = call(runtime, tooled)
+    _settle(tooled)
+
+    again = call(runtime, tooled)
+
+    assert again.status_code == 200
+    assert again.json()["idempotent"] is True
+    assert again.json()["entry_id"] == first.json()["entry_id"]
+    assert len(calls) == 1
+
+
+def test_a_result_of_exactly_512_kib_is_recorded(tooled, runtime):
+    response = call(runtime, tooled, tool="sized", arguments={"query": "q", "limit": 512 * 1024})
+
+    assert response.status_code == 201
+    assert response.json()["ok"] is True
+    assert len(response.json()["result"]) == 512 * 1024 - 2
+    assert roster("finder").status == ExtensionStatus.RUNNING
+
+
+def test_a_result_one_byte_past_512_kib_is_a_defect_recorded_as_ok_false(tooled, runtime):
+    response = call(
+        runtime, tooled, tool="sized", arguments={"query": "q", "limit": 512 * 1024 + 1}
+    )
+
+    assert response.status_code == 201
+    assert response.json()["ok"] is False
+    assert "Extension tool result is too large" in response.json()["reason"]
+    assert roster("finder").status == ExtensionStatus.STOPPED
+
+
+def test_a_call_while_the_extension_moves_to_a_new_revision_is_503_and_records_nothing(
+    tooled, runtime, calls
+):
+    RosterEntry.objects.filter(pk="finder").update(revision="next")
+
+    response = call(runtime, tooled)
+
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == "Extension is updating to a new revision"
+    assert response["Retry-After"] == "1"
+    assert calls == []
+    assert not ToolCallResult.objects.exists()
+
+
+def test_a_recorded_failure_bumps_the_conversation_version(tooled, runtime):
+    extension_admit_grants(extension_id="finder", grants=[], actor="staff")
+    before = Conversation.objects.get(pk="c1").version
+
+    response = call(runtime, tooled)
+
+    assert response.json()["ok"] is False
+    assert Conversation.objects.get(pk="c1").version > before
