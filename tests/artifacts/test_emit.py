@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import IntegrityError
 
 from artifacts import services
 from artifacts.fingerprints import payload_text
-from artifacts.models import Event, Record
+from artifacts.models import Event, Operation, Record
 from artifacts.services.emit import MAX_PAYLOAD_BYTES
 from artifacts.types import MSG_DECLARATION_INVALID, contract_violation
 from core.errors import HostError
@@ -867,3 +868,84 @@ def test_a_process_keeps_a_bounded_number_of_event_statements_whatever_counts_it
 
     assert _write_sql.cache_info().currsize <= 64
     assert _write_sql(True, 1000, True, False).count("(%s") >= 1000  # still the right text
+
+
+def test_a_context_differing_only_in_the_scripts_flag_is_another_frozen_payload(ctx):
+    flipped = op_context(preset_scripts_enabled=True)
+    _raises(
+        409,
+        "Artifact operation is bound to a different frozen payload",
+        services.operation_begin,
+        context=flipped,
+    )
+    _raises(
+        409,
+        "Artifact request attempt does not match the frozen operation",
+        services.request_attempt_begin,
+        context=req_context(flipped, decl(), attempt=2),
+    )
+
+
+def test_awaiting_materialization_again_at_another_head_is_an_invariant_error(ctx):
+    op = ctx.operation
+    services.operation_mark_core_materialization_pending(context=op, head=head(1), message="m")
+    _raises(
+        409,
+        "Artifact operation awaiting materialization has a conflicting core head",
+        services.operation_mark_core_materialization_pending,
+        context=op,
+        head=head(2),
+        message="m2",
+    )
+    assert Operation.objects.values_list("head", "message").get(pk="op-1") == (head(1), "m")
+
+
+def test_committing_again_does_not_rebind_a_record_bound_to_another_head(ctx):
+    record = emit(ctx, "panel", "hello", "call-1")
+    services.operation_mark_core_committed(context=ctx.operation, head=head(1))
+    Record.objects.filter(record_id=record.record_id).update(bound_head=head(2))  # tampered
+    _raises(
+        409,
+        "Artifact record is bound to a different core head",
+        services.operation_mark_core_committed,
+        context=ctx.operation,
+        head=head(1),
+    )
+    assert Record.objects.get(record_id=record.record_id).bound_head == head(2)
+
+
+def test_an_insert_colliding_with_the_same_context_is_not_answered_as_a_mismatch(
+    world, monkeypatch
+):
+    """The world lock serialises begins of one context, so only two worlds' begins can race to
+    insert one id. A collision with a row of the same context is not that race: it is raised
+    as it is, never disguised as the mismatch. (The lock makes the collision impossible for
+    real callers, so the row is written between the existence check and the insert.)"""
+    from artifacts.services import operations
+
+    op = op_context()
+    real_head_check = operations.head_check
+
+    def head_check_then_collide(*args, **kwargs):
+        real_head_check(*args, **kwargs)
+        Operation.objects.create(id="op-1", world_id="world-1", parent_head=head(0),
+                                 preset_id="preset", preset_revision="r1",
+                                 preset_scripts_enabled=False)  # fmt: skip
+
+    monkeypatch.setattr(operations, "head_check", head_check_then_collide)
+    with pytest.raises(IntegrityError):
+        services.operation_begin(context=op)
+
+
+def test_a_followup_fail_status_outside_the_runtimes_vocabulary_is_refused(ctx):
+    services.operation_mark_core_committed(context=ctx.operation, head=head(1))
+    for status in ("running", "completed", "superseded"):
+        _raises(
+            400,
+            "Artifact call arguments are invalid",
+            services.followup_fail,
+            operation_id="op-1",
+            status=status,
+            message="m",
+        )
+    assert Operation.objects.get(pk="op-1").followup_status == "not_started"

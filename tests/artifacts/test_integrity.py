@@ -278,3 +278,57 @@ def test_an_event_missing_a_field_its_kind_requires_or_carrying_one_it_forbids_i
     assert any(
         p.startswith(f"world=world-1 sequence={event.sequence}: {problem}") for p in _problems()
     ), _problems()
+
+
+def test_a_duplicated_record_id_is_reported(filled):
+    first = Record.objects.get(record_id=filled["panel"])
+    second = Record.objects.get(record_id=filled["draft"])
+    Record.objects.filter(pk=second.pk).update(record_id=first.record_id)
+    assert (
+        f"world=world-1 sequence={second.sequence}: record id {first.record_id} is duplicated"
+    ) in _problems()
+
+
+def test_a_bound_head_column_edited_without_its_event_is_reported(filled):
+    record = Record.objects.get(record_id=filled["panel"])
+    assert record.bound_head == head(1)
+    Record.objects.filter(pk=record.pk).update(bound_head=head(2))
+    assert _problems() == [
+        f"world=world-1 sequence={record.sequence}: "
+        "record projection state does not match its events"
+    ]
+
+
+def test_an_ephemeral_payload_stored_in_the_database_is_reported(filled):
+    record = Record.objects.get(record_id=filled["live"])
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA ignore_check_constraints = ON")
+        else:  # inside the test's transaction: rolled back with it
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no pending FK checks before DDL
+            cursor.execute(
+                "ALTER TABLE artifacts_record "
+                "DROP CONSTRAINT artifact_record_ephemeral_payload_not_stored"
+            )
+    try:
+        Record.objects.filter(pk=record.pk).update(payload="live text")  # its own text
+    finally:
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA ignore_check_constraints = OFF")
+    assert (
+        f"world=world-1 sequence={record.sequence}: "
+        "an ephemeral (save=none) payload is stored in the database"
+    ) in _problems()
+
+
+def test_an_event_naming_another_worlds_operation_is_reported(filled, owner):
+    from tests.artifacts.helpers import make_world
+
+    make_world(owner, "world-2")
+    services.operation_begin(context=op_context(world_id="world-2", operation_id="op-2"))
+    event = Event.objects.filter(world_id="world-1", kind="clear").get()
+    Event.objects.filter(pk=event.pk).update(operation_id="op-2")
+    assert (
+        f"world=world-1 sequence={event.sequence}: event names operation op-2 of another world"
+    ) in _problems()

@@ -687,3 +687,58 @@ def test_a_core_failure_reported_after_the_commit_changes_nothing(world):
     assert (operation.status, operation.message) == ("core_committed", "")
     assert status_of(record.record_id) == "active"
     assert not Event.objects.filter(kind="supersede").exists()
+
+
+def test_an_attempt_on_a_superseded_operation_is_not_recorded(world):
+    ctx = started(op_context(), decl(save="operation"))
+    emit(ctx)
+    services.head_reconcile(world_id="world-1", head=head(1))  # supersedes the running op-1
+    events = Event.objects.count()
+
+    result = services.request_attempt_begin(context=with_attempt(ctx, 2))
+
+    assert (result.recorded, result.current_attempt) == (False, 1)
+    assert Operation.objects.get(pk="op-1").request_attempts == {"req-1": 1}
+    assert Event.objects.count() == events
+
+
+def test_a_superseded_operation_does_not_begin_its_followup(world):
+    op = op_context()
+    started(op, decl())
+    services.head_reconcile(world_id="world-1", head=head(1))  # supersedes the running op-1
+    services.operation_mark_core_committed(context=op, head=head(1))
+
+    summary = services.followup_begin(context=op)
+
+    assert summary.status == "not_started"
+    assert Operation.objects.get(pk="op-1").followup_status == "not_started"
+
+
+def test_resume_keeps_the_message_of_a_followup_already_requiring_recovery(world):
+    op = op_context()
+    started(op, decl())
+    services.operation_mark_core_committed(context=op, head=head(1))
+    services.followup_fail(operation_id="op-1", status="recovery_required", message="disk lost")
+
+    summary = services.followup_resume(operation_id="op-1")
+
+    assert (summary.status, summary.message) == ("recovery_required", "disk lost")
+    assert Operation.objects.get(pk="op-1").message == "disk lost"
+
+
+def test_an_unknown_followup_counts_as_settled(world):
+    op = op_context()
+    started(op, decl())
+    services.operation_mark_core_committed(context=op, head=head(1))
+    services.followup_fail(operation_id="op-1", status="unknown", message="runtime vanished")
+
+    completed = services.followup_complete(operation_id="op-1", requests=["r"])
+    failed = services.followup_fail(operation_id="op-1", status="failed", message="late")
+
+    assert (completed.status, failed.status, failed.message) == (
+        "unknown",
+        "unknown",
+        "runtime vanished",
+    )
+    operation = Operation.objects.get(pk="op-1")
+    assert (operation.status, operation.followup_status) == ("core_committed", "unknown")
