@@ -7,9 +7,8 @@ import threading
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
-# Django's advice for ASGI: pooled connections, not persistent ones (an open event stream would
-# otherwise hold a connection for its whole life). PostgreSQL only; DATABASE_POOL_SIZE=0: off.
-os.environ.setdefault("DATABASE_POOL_SIZE", "8")
+# the settings pool this process's connections (DATABASE_POOL_SIZE), and only this process's
+os.environ["HYPHAE_PROCESS"] = "asgi"
 django_application = get_asgi_application()
 
 from core.middleware import AsgiBodyLimit  # noqa: E402 (once Django is set up)

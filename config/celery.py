@@ -113,11 +113,6 @@ def beat_schedule(*, tick: float) -> dict[str, dict]:
             "task": "extensions_host.background.tasks.background_prune",
             "schedule": 3600.0,
         },
-        # Delete the idle marks of conversations that no longer exist (they have no foreign key).
-        "prune-idle-marks": {
-            "task": "extensions_host.background.tasks.prune_idle_marks",
-            "schedule": 3600.0,
-        },
         # Drop expired attention items (they are already hidden from every view).
         "prune-attention": {
             "task": "extensions_host.surfaces.tasks.prune_attention",

@@ -230,10 +230,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 else:
-    # DATABASE_POOL_SIZE > 0: Django's psycopg pool of at most that many connections, shared by
-    # the process's threads, instead of persistent connections. The ASGI entry point turns it on
-    # (config/asgi.py): the event streams hand their connection back between polls.
-    DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 0, maximum=1000)
+    # The ASGI process (config/asgi.py names itself in HYPHAE_PROCESS) pools, as Django advises
+    # for ASGI: Django's psycopg pool of at most DATABASE_POOL_SIZE connections, shared by its
+    # threads, in place of persistent connections, so an event stream holds one only while it
+    # reads. No other process pools: a sync worker serves one request or task at a time, and a
+    # prefork Celery worker (or a preloaded gunicorn) would share the pool's sockets across forks.
+    _pool_size = env_int("DATABASE_POOL_SIZE", 8, maximum=1000)  # checked in every process
+    DATABASE_POOL_SIZE = _pool_size if env.str("HYPHAE_PROCESS", default="") == "asgi" else 0
     if DATABASE_POOL_SIZE:
         DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

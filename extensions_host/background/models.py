@@ -294,9 +294,12 @@ class JobTrigger(models.Model):
 class IdleMark(models.Model):
     """The activity instant a conversation's `conversation_idle` was emitted for: once per idle
     period; new activity (a later `last_activity_at`) re-arms it. Kept here rather than on the
-    conversation so the idle sweep never writes conversation rows."""
+    conversation so the idle sweep never writes conversation rows; deleted with it."""
 
-    conversation_id = models.CharField(primary_key=True, max_length=64)
+    # written under the conversation's row lock: the key's own lock on it costs nothing
+    conversation = models.OneToOneField(
+        "conversations.Conversation", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
     activity_at = models.DateTimeField()
 
     def __str__(self) -> str:

@@ -156,12 +156,3 @@ def background_prune() -> None:
     """Hourly: delete outbox events delivered to every subscriber more than an hour ago."""
     if lifecycle.lifecycle_prune() >= 1000:
         _again(background_prune.delay)
-
-
-@shared_task(acks_late=True, ignore_result=True, soft_time_limit=60, time_limit=90)
-def prune_idle_marks(after: str = "") -> None:
-    """Hourly: delete the idle marks of deleted conversations, a page per call; re-enqueued
-    from the page's last key while pages are full."""
-    last = idle.idle_marks_prune(after=after)
-    if last is not None:
-        _again(lambda: prune_idle_marks.delay(last))

@@ -71,7 +71,6 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
         "run_job",
         "run_jobs",
         "detect_idle",
-        "prune_idle_marks",
     ):
         task = getattr(tasks, name)
 

@@ -21,13 +21,11 @@ from core import clock
 from core.auth import user_principal
 from core.models import LifecycleEvent
 from core.services import lifecycle_record
-from extensions_host.background import tasks
 from extensions_host.background.models import IdleMark, LifecycleDelivery, LifecycleFanout
 from extensions_host.background.services.common import CHANNEL_LIFECYCLE, kick_clear
 from extensions_host.background.services.idle import (
     _idle_emit,
     conversations_detect_idle,
-    idle_marks_prune,
 )
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver_all,
@@ -567,8 +565,8 @@ def test_an_uninstalled_or_ungranted_extension_not_loaded_here_does_not_hold_bac
     assert rec.seen == [("conversation_archived", {"n": 1})]
 
 
-def test_the_idle_marks_of_deleted_conversations_are_pruned_and_the_others_kept(
-    install, conversation, fake_clock, settings, sent
+def test_an_idle_mark_is_deleted_with_its_conversation_and_the_others_kept(
+    install, conversation, fake_clock, settings
 ):
     settings.IDLE_AFTER_SECONDS = 60
     install()
@@ -577,41 +575,7 @@ def test_the_idle_marks_of_deleted_conversations_are_pruned_and_the_others_kept(
     fake_clock.advance(seconds=61)
     conversations_detect_idle()
     assert set(IdleMark.objects.values_list("pk", flat=True)) == {"kept", "gone"}
-    Conversation.objects.filter(pk="gone").delete()  # as retention does: the mark has no FK
 
-    assert idle_marks_prune() is None  # not a full page: the pass is over
+    Conversation.objects.filter(pk="gone").delete()  # as retention does
+
     assert list(IdleMark.objects.values_list("pk", flat=True)) == ["kept"]
-
-
-def test_idle_marks_are_pruned_a_page_at_a_time_from_the_last_key(
-    conversation, sent, django_capture_on_commit_callbacks
-):
-    conversation("b-live")
-    IdleMark.objects.bulk_create(
-        IdleMark(conversation_id=cid, activity_at=clock.now())
-        for cid in ("a-gone", "b-live", "c-gone", "d-gone", "e-gone")
-    )
-    assert idle_marks_prune(limit=2) == "c-gone"  # a full page: two orphans, the live one skipped
-    assert set(IdleMark.objects.values_list("pk", flat=True)) == {"b-live", "d-gone", "e-gone"}
-
-    with django_capture_on_commit_callbacks(execute=True):
-        tasks.prune_idle_marks("c-gone")
-    assert sent.of("prune_idle_marks") == []  # one left after the key: not a full page
-    assert list(IdleMark.objects.values_list("pk", flat=True)) == ["b-live"]
-
-
-def test_the_idle_mark_prune_task_re_enqueues_itself_from_its_last_key(
-    db, sent, monkeypatch, django_capture_on_commit_callbacks
-):
-    from extensions_host.background.services import idle
-
-    IdleMark.objects.bulk_create(
-        IdleMark(conversation_id=f"gone{n}", activity_at=clock.now()) for n in range(3)
-    )
-    monkeypatch.setattr(
-        idle, "idle_marks_prune", lambda after="": idle_marks_prune(after=after, limit=2)
-    )
-    with django_capture_on_commit_callbacks(execute=True):
-        tasks.prune_idle_marks()
-    assert [args for args, _ in sent.of("prune_idle_marks")] == [("gone1",)]
-    assert list(IdleMark.objects.values_list("pk", flat=True)) == ["gone2"]

@@ -116,7 +116,6 @@ HOUSEKEEPING = {
     "prune": ("core.tasks.prune", 3600.0),
     "prune-outbox": ("extensions_host.background.tasks.background_prune", 3600.0),
     "prune-notifications": ("extensions_host.contributions.tasks.notifications_prune", 3600.0),
-    "prune-idle-marks": ("extensions_host.background.tasks.prune_idle_marks", 3600.0),
     "retention": ("conversations.tasks.retention_sweep", 86400.0),
     "clear-sessions": ("core.tasks.clear_sessions", 86400.0),
     "prune-audit-host-calls": ("core.tasks.prune_audit_host_calls", 86400.0),

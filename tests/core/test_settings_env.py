@@ -465,18 +465,24 @@ def test_good_values_are_read_and_normalised(project):
     assert values["BEAT_STALE_SECONDS"] == 15
 
 
-def test_a_database_pool_replaces_persistent_connections_on_postgresql_only(project):
+def test_only_the_asgi_process_pools_and_on_postgresql_only(project):
     postgres = "postgres://postgres@127.0.0.1:5432/hyphae"
-    pooled = show(project, "DATABASES", DATABASE_URL=postgres, DATABASE_POOL_SIZE="5")
-    persistent = show(project, "DATABASES", DATABASE_URL=postgres)
-    embedded = show(project, "DATABASES", DATABASE_POOL_SIZE="5")
+    asgi = {"DATABASE_URL": postgres, "HYPHAE_PROCESS": "asgi"}
+    pooled = show(project, "DATABASES", **asgi)
+    from_dotenv = show(project, "DATABASES", dotenv="DATABASE_POOL_SIZE=5\n", **asgi)
+    off = show(project, "DATABASES", DATABASE_POOL_SIZE="0", **asgi)
+    # a Celery worker or gunicorn would share a pool's sockets across its forks
+    other = show(project, "DATABASES", DATABASE_URL=postgres, DATABASE_POOL_SIZE="5")
+    embedded = show(project, "DATABASES", HYPHAE_PROCESS="asgi")
     refused = python(project, LOAD, DATABASE_URL=postgres, DATABASE_POOL_SIZE="-1")
 
     database = pooled["DATABASES"]["default"]
     assert database["CONN_MAX_AGE"] == 0  # Django refuses a pool beside persistent connections
-    assert database["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 5, "timeout": 5}
-    assert "pool" not in persistent["DATABASES"]["default"].get("OPTIONS", {})
-    assert persistent["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
+    assert database["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 8, "timeout": 5}
+    assert from_dotenv["DATABASES"]["default"]["OPTIONS"]["pool"]["max_size"] == 5
+    for persistent in (off, other):
+        assert "pool" not in persistent["DATABASES"]["default"].get("OPTIONS", {})
+        assert persistent["DATABASES"]["default"]["CONN_MAX_AGE"] == 60
     assert "pool" not in embedded["DATABASES"]["default"]["OPTIONS"]
     assert "DATABASE_POOL_SIZE must be an integer >= 0 and <= 1000, got -1\n" in refused.stderr
 

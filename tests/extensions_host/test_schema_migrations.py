@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -63,3 +65,22 @@ def test_auto_resume_off_by_declaration_moves_to_the_declared_switch_and_staff_o
         "staff": (False, True),  # off by staff: kept (sync rewrites the declaration)
         "on": (True, True),
     }
+
+
+def test_idle_marks_keep_their_activity_and_those_of_deleted_conversations_go():
+    conversations = ("conversations", "0003_conversation_id_validator")
+    old = _migrate([("ext_background", "0006_job_columns_db_default"), conversations])
+    Conversation = old.get_model("conversations", "Conversation")
+    owner = old.get_model("auth", "User").objects.create(username="owner")
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    Conversation.objects.create(id="live", owner_id=owner.pk, last_activity_at=at)
+    IdleMark = old.get_model("ext_background", "IdleMark")
+    for cid in ("live", "gone"):  # "gone": its conversation was deleted, the old mark stayed
+        IdleMark.objects.create(conversation_id=cid, activity_at=at)
+
+    new = _migrate([("ext_background", "0007_idle_mark_deleted_with_its_conversation")])
+
+    marks = new.get_model("ext_background", "IdleMark").objects
+    assert list(marks.values_list("conversation_id", "activity_at")) == [("live", at)]
+    new.get_model("conversations", "Conversation").objects.filter(pk="live").delete()
+    assert not marks.exists()

@@ -15,7 +15,6 @@ from core.services import lifecycle_record
 from extensions_host.background.models import IdleMark, Mark
 
 IDLE_PAGE = 100
-IDLE_MARKS_PRUNE_PAGE = 1000
 IDLE_WATERMARK = "idle_watermark"
 
 
@@ -52,26 +51,6 @@ def conversations_detect_idle(*, limit: int = IDLE_PAGE) -> tuple[int, bool]:
     next_watermark = page[-1][1] if more else cutoff
     _watermark_advance(read_ms=watermark_ms, to_ms=clock.to_ms(next_watermark))
     return emitted, more
-
-
-def idle_marks_prune(*, after: str = "", limit: int = IDLE_MARKS_PRUNE_PAGE) -> str | None:
-    """Delete the idle marks of conversations that no longer exist (retention or a delete
-    removed them; the mark has no foreign key), one page in key order from `after`. Returns the
-    last key of a full page (the next page starts after it), else None: one pass per call chain,
-    each page a range of the primary key, however many marks stay.
-
-    A mark is only written under its conversation's row lock, so a mark whose conversation is
-    gone is never needed again."""
-    orphan = ~Exists(Conversation.objects.filter(pk=OuterRef("conversation_id")))
-    page = list(
-        IdleMark.objects.filter(orphan, conversation_id__gt=after)
-        .order_by("conversation_id")
-        .values_list("pk", flat=True)[:limit]
-    )
-    if page:
-        # re-checked in the DELETE: a conversation created meanwhile under the same id keeps it
-        IdleMark.objects.filter(orphan, pk__in=page).delete()
-    return page[-1] if len(page) == limit else None
 
 
 def idle_watermark_lower(*, activity_at: dt.datetime) -> None:
