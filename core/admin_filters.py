@@ -23,7 +23,8 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
+
+from core import clock
 
 
 class ValueFilter(admin.SimpleListFilter):
@@ -77,7 +78,7 @@ WINDOWS: tuple[tuple[str, str, dt.timedelta], ...] = (
 class RecentFilter(admin.SimpleListFilter):
     """Rows whose datetime `field` falls in the last hour, day, week or month: a range on the
     column (served by its index), where a `date_hierarchy` truncates every row's timestamp to
-    find which years, months and days to offer."""
+    find which years, months and days to offer. The field is stamped with the host clock."""
 
     field: ClassVar[str]
 
@@ -91,9 +92,7 @@ class RecentFilter(admin.SimpleListFilter):
         length = next((length for value, _, length in WINDOWS if value == chosen), None)
         if length is None:
             raise IncorrectLookupParameters(f"no such time window: {chosen}")
-        # wall-clock time, not the host clock: the rows' timestamps are written by Django's
-        # `auto_now_add`, which reads the wall clock too
-        return queryset.filter(**{f"{self.field}__gte": timezone.now() - length})
+        return queryset.filter(**{f"{self.field}__gte": clock.now() - length})
 
 
 def recent_filter(field: str, *, title: str | None = None) -> type[RecentFilter]:

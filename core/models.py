@@ -47,7 +47,8 @@ class AuditEntry(models.Model):
     """Append-only record of staff actions and extension stops. `actor` is a plain string so
     history survives user deletion."""
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # the host clock, as the prune of host-API call entries and the console's windows read it
+    at = models.DateTimeField(default=clock.now, editable=False, db_index=True)
     actor = models.CharField(max_length=150)
     action = models.CharField(max_length=64, db_index=True)
     target = models.CharField(max_length=256, blank=True, default="")

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core import clock
@@ -200,24 +201,26 @@ def _broker_ok() -> bool:
         return False
 
 
+def delete_page(rows: QuerySet[Any], *, order: tuple[str, ...], limit: int) -> tuple[int, bool]:
+    """The prunes' step: delete the first `limit` of `rows` in `order`. `rows` is applied again
+    in the DELETE, so a row that stopped matching meanwhile stays. Returns (deleted, more may
+    remain): a prune's task re-enqueues itself while pages are full, so a backlog drains without
+    one unbounded DELETE."""
+    page = list(rows.order_by(*order).values_list("pk", flat=True)[:limit])
+    if page:
+        rows.filter(pk__in=page).delete()
+    return len(page), len(page) == limit
+
+
 IDEMPOTENCY_TTL = dt.timedelta(hours=24)
 IDEMPOTENCY_PRUNE_PAGE = 1000
 
 
 def idempotency_prune(*, limit: int = IDEMPOTENCY_PRUNE_PAGE) -> tuple[int, bool]:
     """Delete one page of stored idempotency results older than 24 hours (host clock), oldest
-    first. Returns (deleted, more may remain): the sweep re-enqueues itself while pages are
-    full, so a backlog drains without one unbounded DELETE."""
-    cutoff = clock.now() - IDEMPOTENCY_TTL
-    # served by the created_at index
-    page = list(
-        IdempotencyResult.objects.filter(created_at__lt=cutoff)
-        .order_by("created_at", "pk")
-        .values_list("pk", flat=True)[:limit]
-    )
-    if page:
-        IdempotencyResult.objects.filter(pk__in=page).delete()
-    return len(page), len(page) == limit
+    first. Returns (deleted, more may remain)."""
+    expired = IdempotencyResult.objects.filter(created_at__lt=clock.now() - IDEMPOTENCY_TTL)
+    return delete_page(expired, order=("created_at", "pk"), limit=limit)  # the created_at index
 
 
 SESSIONS_PRUNE_PAGE = 1000
@@ -237,18 +240,12 @@ def sessions_clear_expired(*, limit: int = SESSIONS_PRUNE_PAGE) -> tuple[int, bo
     model = store.get_model_class()
     # Django stamps expire_date with its own clock (timezone.now), so it is compared with that
     # one, as clearsessions does; served by expire_date's index
-    page = list(
-        model.objects.filter(expire_date__lt=timezone.now())
-        .order_by("expire_date", "pk")
-        .values_list("pk", flat=True)[:limit]
-    )
-    if page:
-        model.objects.filter(pk__in=page).delete()
-    return len(page), len(page) == limit
+    expired = model.objects.filter(expire_date__lt=timezone.now())
+    return delete_page(expired, order=("expire_date", "pk"), limit=limit)
 
 
-# the audit actions of extension host-API calls (`_Area._audit` in contributions.hostapi): the
-# only audit entries HOST_AUDIT_HOST_CALLS_RETENTION_DAYS may delete
+# the audit actions of extension host-API calls (`_Area._audit` in contributions.hostapi adds
+# it): the only audit entries HOST_AUDIT_HOST_CALLS_RETENTION_DAYS may delete
 HOST_CALL_ACTION_PREFIX = "host."
 AUDIT_PRUNE_PAGE = 1000
 
@@ -266,10 +263,7 @@ def audit_host_calls_prune(*, limit: int = AUDIT_PRUNE_PAGE) -> tuple[int, bool]
         action__startswith=HOST_CALL_ACTION_PREFIX, at__lt=cutoff
     )
     # served by the `at` index (oldest first); the few old staff rows are filtered out
-    page = list(host_calls.order_by("at", "pk").values_list("pk", flat=True)[:limit])
-    if page:
-        host_calls.filter(pk__in=page).delete()
-    return len(page), len(page) == limit
+    return delete_page(host_calls, order=("at", "pk"), limit=limit)
 
 
 def lifecycle_record(*, kind: str, conversation_id: str = "", payload: dict) -> LifecycleEvent:

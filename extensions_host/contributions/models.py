@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from core import clock
 from core.models import TimestampedModel
 from extensions_host.models import RosterEntry
 
@@ -63,7 +64,8 @@ class Notification(models.Model):
     title = models.CharField(max_length=200)
     body = models.TextField(blank=True, default="")
     url = models.CharField(max_length=2048, blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # the host clock, as the prune and the console's failed-job window read it
+    created_at = models.DateTimeField(default=clock.now, editable=False, db_index=True)
 
     class Meta:
         ordering = ["-id"]

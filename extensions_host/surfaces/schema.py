@@ -22,7 +22,7 @@ Events:
 - first a `retry: <ms>` line (the reconnect delay the client should use);
 - `event: change`, `id: <version>`, data
   `{{"conversation_id", "version", "changed", "roster"}}`: sent at connect (`changed` is `[]`;
-  every kind if `Last-Event-ID` names an older version) and after each change; `changed`
+  every kind if `Last-Event-ID` names another version) and after each change; `changed`
   lists what changed, among {", ".join(f"`{k}`" for k in KINDS)}:
   re-read those parts (e.g. the conversation, its entries page, its projection). `roster` is
   an opaque token that moves when any extension stops, resumes or has its grants changed, which

@@ -510,7 +510,12 @@ def test_the_notification_prune_task_re_enqueues_itself_while_pages_are_full(
     assert (calls, len(enqueued)) == (3, 2)  # pages of 2, 2, then 1 (not full: no re-enqueue)
 
 
-def test_a_pruned_delivery_whose_task_arrives_late_does_nothing(db, fake_clock, enqueued):
-    delivery = stored("gone", age_days=31, statuses=("skipped",)).deliveries.get()
+def test_a_notification_is_stamped_and_pruned_on_the_host_clock(
+    db, fake_clock, settings, django_capture_on_commit_callbacks
+):
+    settings.HOST_NOTIFICATION_RETENTION_DAYS = 30
+    emit(django_capture_on_commit_callbacks)  # no notifier: no delivery to wait for
+    fake_clock.advance(seconds=30 * 86400)
+    assert notifications_prune() == (0, False)  # exactly the retention: not older yet
+    fake_clock.advance(ms=1)
     assert notifications_prune() == (1, False)
-    assert notification_deliver(delivery_id=delivery.pk) == "not_due"

@@ -6,6 +6,8 @@
   id `reminder:<id>`, so the same reminder is never admitted twice) and raises an `action`
   attention item ("Reminder due: …") whose command dismisses it;
 - `cancel` and `dismiss` commands; the projection lists the conversation's upcoming reminders;
+- a reminder that is done (fired, cancelled or undeliverable) is kept a week, then a second
+  timer (`forget:<id>`) deletes it, so done reminders never fill the records quota;
 - state version 2. Version 1 stored `{id, conversation_id, message, at}` with `at` in epoch
   *seconds*; the migration from 1 renames `message` to `text`, turns `at` into `due_at` (epoch
   milliseconds) and adds `status`.
@@ -35,9 +37,11 @@ UPCOMING_SHOWN = 20
 # The projection reads at most this many pages of a conversation's reminders (bounded reads).
 PROJECTION_PAGES = 16
 TITLE_MAX = 200
-# a due reminder's attention item goes by itself after a week if nobody dismisses it: left
-# for ever, undismissed items would fill the extension's attention quota (1,024 by default)
-DUE_SHOWN_MS = 7 * 24 * 3600 * 1000
+# a due reminder's attention item goes by itself after a week if nobody dismisses it, and a
+# reminder that is done is deleted a week after: kept for ever, they would fill the extension's
+# attention and records quotas
+KEPT_MS = 7 * 24 * 3600 * 1000
+FORGET = "forget:"  # the timer key prefix of a done reminder's deletion
 
 
 class Reminder(BaseModel):
@@ -98,7 +102,7 @@ def upgrade_from_v1(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 reminders = Extension(
     id="reminders",
-    version="2.0.0",
+    version="2.1.0",
     description="Remind a conversation of something later",
     grants={"state", "timers", "send", "attention", "commands", "projection"},
     state_version=2,
@@ -148,7 +152,7 @@ def cancel(ctx: Context, conversation_id: str, data: ReminderRef) -> dict[str, s
     if reminder.status != "pending":
         raise CommandError("conflict", f"Reminder is {reminder.status}, not pending")
     ctx.timers.cancel(reminder.id)
-    ctx.collection("reminder").put(reminder.model_copy(update={"status": "cancelled"}))
+    _done(ctx, reminder, status="cancelled", at=ctx.now_ms())
     return {"id": reminder.id, "status": "cancelled"}
 
 
@@ -160,10 +164,28 @@ def dismiss(ctx: Context, conversation_id: str, data: ReminderRef) -> dict[str, 
     return {"dismissed": ctx.attention.clear(conversation_id, attention_id(data.id))}
 
 
+def _done(ctx: Context, reminder: Reminder, *, status: str, at: int) -> None:
+    """Record how the reminder ended; it is deleted a week later."""
+    fired_at = at if status != "cancelled" else None
+    ctx.collection("reminder").put(
+        reminder.model_copy(update={"status": status, "fired_at": fired_at})
+    )
+    ctx.timers.set(FORGET + reminder.id, at + KEPT_MS)
+
+
 @reminders.on_timer
-def due(ctx: Context, timer: TimerEvent) -> None:
-    store = ctx.collection("reminder")
-    reminder = store.get(timer.key)
+def on_timer(ctx: Context, timer: TimerEvent) -> None:
+    if timer.key.startswith(FORGET):
+        reminder_id = timer.key.removeprefix(FORGET)
+        reminder = ctx.collection("reminder").get(reminder_id)
+        if reminder is not None and reminder.status != "pending":
+            ctx.collection("reminder").remove(reminder_id)
+        return
+    _due(ctx, timer)
+
+
+def _due(ctx: Context, timer: TimerEvent) -> None:
+    reminder = ctx.collection("reminder").get(timer.key)
     if reminder is None or reminder.status != "pending":
         return  # cancelled (or handled) meanwhile: nothing to do
     try:
@@ -175,10 +197,8 @@ def due(ctx: Context, timer: TimerEvent) -> None:
     except AdmissionError as exc:
         if exc.kind == "throttled":
             raise Retry(30, "send is throttled") from exc
-        # the conversation is archived or gone: keep the record so the user can see why
-        store.put(
-            reminder.model_copy(update={"status": "undeliverable", "fired_at": timer.fired_at})
-        )
+        # the conversation is archived or gone: the record says why, for a week
+        _done(ctx, reminder, status="undeliverable", at=timer.fired_at)
         return
     ctx.attention.set(
         reminder.conversation_id,
@@ -188,10 +208,10 @@ def due(ctx: Context, timer: TimerEvent) -> None:
             title=_bounded(f"Reminder due: {reminder.text}", TITLE_MAX),
             body=reminder.text,
             command={"name": "dismiss", "input": {"id": reminder.id}},
-            expires_at_ms=timer.fired_at + DUE_SHOWN_MS,
+            expires_at_ms=timer.fired_at + KEPT_MS,
         ),
     )
-    store.put(reminder.model_copy(update={"status": "fired", "fired_at": timer.fired_at}))
+    _done(ctx, reminder, status="fired", at=timer.fired_at)
     ctx.observe(reminder.conversation_id)  # the projection's upcoming list changed
 
 

@@ -89,6 +89,30 @@ def test_an_undismissed_reminder_leaves_the_attention_list_after_a_week(host):
     assert host.attention("c1") == []
 
 
+@pytest.mark.parametrize("ending", ["fired", "cancelled", "undeliverable"])
+def test_a_reminder_that_is_done_is_kept_a_week_then_deleted(host, ending):
+    """Kept for ever, done reminders would fill the extension's records quota."""
+    created = remind(host, "once", 30)
+    other = remind(host, "still pending", 3 * 7 * 24 * 3600)
+    if ending == "cancelled":
+        host.command("reminders", "cancel", {"id": created["id"]}, conversation_id="c1")
+    elif ending == "undeliverable":
+        conversation_update(principal=host.principal(), conversation_id="c1", archived=True)
+    host.advance(seconds=30)
+    host.fire_timers()
+    done_at = host.clock.now_ms() - (30_000 if ending == "cancelled" else 0)
+    assert host.record("reminders", "reminder", created["id"]).status == ending
+
+    host.advance(ms=done_at + 7 * 24 * 3600 * 1000 - 1 - host.clock.now_ms())
+    assert host.fire_timers() == 0
+    assert host.record("reminders", "reminder", created["id"]) is not None
+    host.advance(ms=1)
+    assert host.fire_timers() == 1
+    assert host.record("reminders", "reminder", created["id"]) is None
+    assert [r.id for r in host.records("reminders", "reminder")] == [other["id"]]
+    assert host.status("reminders").running
+
+
 def test_the_projection_lists_upcoming_reminders_soonest_first(host):
     later = remind(host, "later", 600)
     sooner = remind(host, "sooner", 60)
@@ -109,7 +133,7 @@ def test_a_cancelled_reminder_never_fires(host):
     result = host.command("reminders", "cancel", {"id": created["id"]}, conversation_id="c1")
 
     assert result == {"id": created["id"], "status": "cancelled"}
-    assert host.timers("reminders") == {}
+    assert list(host.timers("reminders")) == [f"forget:{created['id']}"]  # its deletion
     host.advance(seconds=120)
     assert host.fire_timers() == 0
     assert host.sent("c1") == []
@@ -198,7 +222,7 @@ def test_version_1_records_are_migrated_to_version_2_on_upgrade(hyphae_host):
         ),
     )
 
-    report = hyphae_host.install(reminders)  # the deploy of 2.0.0: sync_roster migrates
+    report = hyphae_host.install(reminders)  # the deploy of 2.x: sync_roster migrates
 
     assert report.stopped == {}
     assert hyphae_host.records("reminders", "reminder") == [

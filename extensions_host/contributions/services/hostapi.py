@@ -39,7 +39,7 @@ from conversations.services import (
 from core.access import access_of
 from core.auth import Principal, user_principal
 from core.errors import HostError
-from core.services import audit_record
+from core.services import HOST_CALL_ACTION_PREFIX, audit_record
 from core.validation import text_problem
 from extensions_host.runtime import current_frame, deadlines
 from extensions_host.runtime.context import not_granted
@@ -84,7 +84,7 @@ class _Area:
     def _audit(self, action: str, target: Any = "", **detail: Any) -> None:
         audit_record(
             actor=service_username(self._ctx.extension_id),
-            action=f"host.{action}",
+            action=f"{HOST_CALL_ACTION_PREFIX}{action}",
             target=_storable(target),
             detail=detail,
         )

@@ -29,6 +29,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from core import clock
 from core.errors import HostError, bound_text
+from core.services import delete_page
 from extensions_host import registry
 from extensions_host.contributions.models import (
     DeliveryStatus,
@@ -88,10 +89,11 @@ def notification_emit(
     body: str = "",
     conversation_id: str | None = None,
     job_id: str | None = None,
+    notifiers: list[Eligible] | None = None,
 ) -> Notification:
     """Record a notification in the caller's transaction (so it commits with its cause) and
-    schedule one delivery per registered notifier after commit. `user` is the recipient: a
-    username, a user or None."""
+    schedule one delivery per eligible notifier (`notifiers`, when the caller already read
+    them) after commit. `user` is the recipient: a username, a user or None."""
     if type not in NotificationType.values:
         raise HostError("contract", "invalid", MSG_TYPE_INVALID)
     username = user.get_username() if hasattr(user, "get_username") else (user or "")
@@ -112,7 +114,7 @@ def notification_emit(
                 notifier=item.notifier,
                 next_attempt_at=clock.now_ms(),
             )
-            for item in notifiers_eligible()
+            for item in (notifiers_eligible() if notifiers is None else notifiers)
         ]
     )
     ids = [d.pk for d in deliveries if d.pk is not None]
@@ -327,11 +329,7 @@ def notifications_prune(*, limit: int = PRUNE_PAGE) -> tuple[int, bool]:
     re-enqueues itself while pages are full, so a backlog drains without one unbounded DELETE."""
     cutoff = clock.now() - dt.timedelta(days=settings.HOST_NOTIFICATION_RETENTION_DAYS)
     # served by the created_at index; the delivery check by the deliveries' notification index
-    page = list(_prunable(cutoff).order_by("created_at", "pk").values_list("pk", flat=True)[:limit])
-    if page:
-        # re-checked in the DELETE: a final delivery never reopens, this only keeps it obvious
-        _prunable(cutoff).filter(pk__in=page).delete()
-    return len(page), len(page) == limit
+    return delete_page(_prunable(cutoff), order=("created_at", "pk"), limit=limit)
 
 
 def notifier_health() -> list[dict[str, Any]]:
@@ -362,7 +360,8 @@ def notification_run_settled(*, run_id: int) -> Notification | None:
     # the loaded check reads no row: settling stays free when no extension has a notifier
     if not any(loaded.definition.contributions.notifiers for loaded in registry.loaded().values()):
         return None
-    if not notifiers_eligible():
+    notifiers = notifiers_eligible()
+    if not notifiers:
         return None
     from conversations.models import Run
 
@@ -377,4 +376,5 @@ def notification_run_settled(*, run_id: int) -> Notification | None:
             title=f"Run settled in {run.conversation.name or run.conversation_id}",
             body=body,
             conversation_id=run.conversation_id,
+            notifiers=notifiers,
         )
