@@ -604,6 +604,33 @@ def test_a_prompt_job_submits_into_its_conversation_and_needs_send(
     assert roster("alpha").status == ExtensionStatus.RUNNING
 
 
+def test_each_run_of_a_prompt_job_with_a_long_id_submits_its_own_prompt(
+    install, fake_clock, sent, conversation
+):
+    # `ext:<63-char id>:<64-char name>` leaves no room for the instant in a 128-char request id
+    conversation("inbox")
+    ext = make_ext("a" * 63)
+    add_job(
+        ext,
+        Job("t" * 64, action=PromptAction(conversation_id="inbox", text="Hi"), every_seconds=10),
+    )
+    install(ext)
+    jobs_run_due()
+    first = JobState.objects.get().next_run_at
+    fake_clock.set(first)
+    jobs_run_due()
+    fake_clock.set(first + 10_000)
+    jobs_run_due()
+
+    request_ids = sorted(Submission.objects.values_list("request_id", flat=True))
+    assert len(request_ids) == 2
+    assert {request_id.rsplit(":", 1)[1] for request_id in request_ids} == {
+        str(first),
+        str(first + 10_000),
+    }
+    assert all(len(request_id) <= 128 for request_id in request_ids)
+
+
 def test_a_prompt_job_creates_a_missing_conversation_like_send(install, fake_clock, sent):
     # one rule with `ctx.send` (spec 04): created on demand, owned by the extension's user
     install(job_ext(PromptAction(conversation_id="inbox", text="Anything new?")))

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ from extensions_host.runtime.stops import bounded_reason
 from extensions_host.runtime.transient import with_transient_retries
 from extensions_host.sdk import DefinitionError
 from extensions_host.surfaces.services.send import send_admit
-from extensions_host.surfaces.types import Accepted
+from extensions_host.surfaces.types import REQUEST_ID_MAX, Accepted
 
 SWEEP_PAGE = 16
 # due jobs handed out to their own tasks per tick (beat's next tick hands out the rest)
@@ -477,13 +478,23 @@ def _prompt(ctx: HookContext, action: PromptAction, run: JobRun) -> dict[str, An
             grants=ctx.grants,
             conversation_id=action.conversation_id,
             prompt={
-                "request_id": f"job:{run.job_id}:{run.scheduled_for}"[:128],
+                "request_id": _request_id(run),
                 "text": action.text,
             },
             correlation=run.job_id,
         ),
     )
     return {"submission_id": accepted.submission_id}
+
+
+def _request_id(run: JobRun) -> str:
+    """`job:<job id>:<instant>`; a job id too long for the bound is named by its digest, so the
+    instant, which tells one run's prompt from the next, is never cut off."""
+    suffix = f":{run.scheduled_for}"
+    request_id = f"job:{run.job_id}{suffix}"
+    if len(request_id) <= REQUEST_ID_MAX:
+        return request_id
+    return f"job:{hashlib.sha256(run.job_id.encode()).hexdigest()[:40]}{suffix}"
 
 
 def _record(
