@@ -654,6 +654,40 @@ def test_frames_sharing_a_page_roll_back_only_the_failing_savepoint(
     assert len(callbacks) == 1  # the stop's log event waits for the page's commit
 
 
+def test_a_later_frame_of_an_extension_stopped_in_a_locked_page_is_skipped(install):
+    """A page that locked its roster rows up front holds them as they were; the stop written in
+    the page still skips the extension's later frames."""
+    from extensions_host.runtime import run_page
+
+    install(make_ext("alpha"), make_ext("beta"))
+    calls: list[str] = []
+
+    def failing(ctx: Any) -> None:
+        ctx.collection("item").put(Item(key="a-first"))
+        raise RuntimeError("boom")
+
+    def page_body(page: Any) -> list[tuple[str, str | None]]:
+        page.lock(["alpha", "beta"])
+        outcomes = []
+        for extension_id, call in [
+            ("alpha", failing),
+            ("beta", lambda ctx: ctx.collection("item").put(Item(key="b1"))),
+            ("alpha", lambda ctx: calls.append("later")),
+        ]:
+            outcome = run_frame(extension_id=extension_id, hook="on_timer", call=call, page=page)
+            outcomes.append((outcome.status, outcome.skip))
+        return outcomes
+
+    assert run_page(page_body, time_limit_s=10) == [
+        ("stopped", ""),
+        ("ok", ""),
+        ("skipped", "stopped"),
+    ]
+    assert calls == []
+    assert records("alpha") == []
+    assert records("beta") == ["b1"]
+
+
 def test_a_staff_deadline_override_on_the_roster_applies(install):
     install(make_ext("alpha", on_timer=sleepy(10)))
     row = roster("alpha")

@@ -104,6 +104,39 @@ def test_a_stop_waits_for_an_in_flight_frame_and_no_frame_starts_after_it(instal
     assert fire_timer("alpha").skip == "stopped"
 
 
+def test_a_stop_waits_for_a_page_that_locked_the_extensions_row(install):
+    """A page holds the roster rows it locked up front until it commits, even between its
+    frames: a stop queues behind it, and the page's frames run on the row they locked."""
+    from extensions_host.runtime import run_page
+
+    locked, release = threading.Event(), threading.Event()
+    install(make_ext("alpha"))
+
+    def page_body(page: Any) -> str:
+        page.lock(["alpha"])
+        locked.set()
+        assert release.wait(timeout=20)
+        call = lambda ctx: ctx.collection("item").put(Item(key="in-page"))  # noqa: E731
+        return run_frame(extension_id="alpha", hook="on_timer", call=call, page=page).status
+
+    page_thread, page_result = in_thread(lambda: run_page(page_body, time_limit_s=30))
+    assert locked.wait(timeout=20)
+    stop_thread, stop_result = in_thread(
+        lambda: extension_stop(extension_id="alpha", hook="staff", reason="stop now")
+    )
+    wait_until(someone_waits_for_a_lock)
+    assert stop_thread.is_alive() and not stop_result
+
+    release.set()
+    page_thread.join(timeout=30)
+    stop_thread.join(timeout=30)
+
+    assert page_result == ["ok"]
+    assert stop_result[0].applied
+    assert list(ExtensionRecord.objects.values_list("key", flat=True)) == ["in-page"]
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+
+
 def test_a_write_from_a_thread_with_the_frames_context_never_escapes_the_frame(install):
     """That thread's connection is not in the frame's transaction: its write would commit on
     its own, whatever becomes of the frame."""
