@@ -7,7 +7,7 @@ import pytest
 
 from conversations.models import Conversation, Entry
 from core.models import LifecycleEvent
-from extensions_host.contributions.services.slash import ARGS_MAX, MSG_ARGS_TOO_LONG
+from extensions_host.contributions.services.slash import ARGS_MAX, MSG_ARGS_TOO_LONG, MSG_NO_ARGS
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import current_frame
 from extensions_host.sdk import CommandError, Retry
@@ -162,6 +162,22 @@ def test_core_rename_share_archive_go_through_the_conversation_services(
     row = Conversation.objects.get(pk="c1")
     assert (row.name, row.sharing, row.archived) == ("Plans", "users", True)
     assert LifecycleEvent.objects.filter(kind="conversation_archived").count() == 1
+
+
+def test_core_commands_without_arguments_refuse_some_and_change_nothing(
+    install, api, owner, conversation
+):
+    conversation("c1")
+    client = api(owner)
+
+    for name in ("archive", "help"):
+        refused = run(client, "c1", name, "now")
+        assert refused.status_code == 400
+        assert refused.json()["error"]["details"] == {"args": [MSG_NO_ARGS]}
+    assert not Conversation.objects.get(pk="c1").archived
+    assert not LifecycleEvent.objects.filter(kind="conversation_archived").exists()
+    # blanks around the arguments are not arguments
+    assert run(client, "c1", "archive", "  ").json() == {"notice": "Conversation archived"}
 
 
 def test_core_fork_forks_at_the_head_or_at_an_entry(install, api, owner, conversation):
