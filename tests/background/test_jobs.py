@@ -117,6 +117,31 @@ def test_a_job_of_a_stopped_extension_does_not_run_and_its_missed_runs_are_count
     assert jobs_list()[0]["missed_runs"] == 5
 
 
+def test_a_run_whose_extension_stopped_after_the_check_counts_its_instant_as_missed(
+    install, fake_clock, sent, monkeypatch
+):
+    """The stop lands between `job_run`'s check of the extension and its frame: the frame is
+    skipped, and the instant it would have run is lost, so it is counted."""
+    runs = Runs()
+    install(job_ext(runs))
+    jobs_run_due()
+    first = state().next_run_at
+    RosterEntry.objects.filter(pk="alpha").update(status=ExtensionStatus.STOPPED, reason="x")
+    monkeypatch.setattr(
+        "extensions_host.background.services.jobs.eligible_ids", lambda kind, ids: ids
+    )  # the check saw it running
+    fake_clock.set(first)
+
+    assert job_run(job_id=JOB) == "skipped"
+
+    assert runs.runs == []
+    row = state()
+    assert (row.missed_runs, row.last_missed_at) == (1, first)
+    assert (row.last_outcome, row.runs, row.failures) == ("skipped", 0, 0)
+    assert row.next_run_at == first + 10_000
+    assert not Notification.objects.exists()
+
+
 def test_catch_up_once_runs_a_single_catch_up_run(install, fake_clock, sent, settings):
     settings.HOST_JOB_MISFIRE_GRACE_SECONDS = 1
     runs = Runs()
