@@ -4,7 +4,6 @@ keeps the world's sequence gap-free."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 
 import pytest
@@ -15,6 +14,7 @@ from artifacts.fingerprints import clear_call_fingerprint
 from artifacts.models import Event, EventKind, Operation, Record, World
 from artifacts.services.world import WorldMutation
 from tests.artifacts.helpers import decl, emit, make_world, op_context, started
+from tests.postgres import someone_waits_for_a_lock, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -128,22 +128,6 @@ def test_concurrent_clears_with_one_tool_call_id_write_one_event(owner):
     assert sorted(r.idempotent for r in results) == [False] + [True] * (THREADS - 1)
 
 
-def _someone_waits_for_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()"
-        )
-        return cursor.fetchone()[0] > 0
-
-
-def _wait_until(check, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
 def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(owner):
     """The world lock and the decision read go to the server in one round trip: the read
     still starts only once the lock is granted, so it numbers after the holder's rows."""
@@ -179,7 +163,7 @@ def test_an_emit_that_waited_for_the_world_lock_reads_what_the_holder_committed(
 
     def release_once_the_emit_waits() -> None:
         try:
-            _wait_until(lambda: holding.is_set() and _someone_waits_for_a_lock())
+            wait_until(lambda: holding.is_set() and someone_waits_for_a_lock())
             release.set()
         finally:
             connection.close()

@@ -1,20 +1,25 @@
 """Concurrency on real PostgreSQL with real threads: skip-locked claims, per-consumer locks and
-job rows make concurrent sweeps and deliverers safe (each item once, nothing twice at once)."""
+job rows make concurrent sweeps and deliverers safe (each item once, nothing twice at once);
+the idle emit waits for activity in flight on its conversation."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
+from conversations.models import Conversation
 from core import clock
+from core.models import LifecycleEvent
 from core.services import lifecycle_record
 from extensions_host.background.declarations import Job, JobRun, add_job
 from extensions_host.background.models import (
+    IdleMark,
     JobState,
     JobTrigger,
     LifecycleDelivery,
@@ -22,6 +27,7 @@ from extensions_host.background.models import (
     Timer,
 )
 from extensions_host.background.services import lifecycle as lifecycle_service
+from extensions_host.background.services.idle import _idle_emit
 from extensions_host.background.services.jobs import job_run, jobs_declared, jobs_ensure
 from extensions_host.background.services.lifecycle import (
     lifecycle_deliver_all,
@@ -32,6 +38,7 @@ from extensions_host.background.services.settled import (
     settled_deliver_all,
 )
 from extensions_host.background.services.timers import timers_fire_due
+from tests.postgres import someone_waits_for_a_lock, wait_until
 
 from .conftest import in_frame, settle_runs
 from .exts import Effect, effects, make_ext
@@ -281,3 +288,50 @@ def test_a_fan_out_waits_for_the_one_in_progress_so_a_conversations_events_arriv
     lifecycle_deliver_all(extension_id="alpha", budget_s=60)
 
     assert seen == [0, 1, 2], f"conversation c1's events arrived out of order: {seen}"
+
+
+def test_an_idle_emit_waits_for_activity_in_flight_and_then_emits_nothing(
+    install, conversation, fake_clock, settings, sent
+):
+    """The sweep read the conversation as idle; new activity is being written, not committed
+    yet. The emit waits on the conversation row, then sees the activity: no idle event (read
+    without the lock, it would emit one for a conversation that just became active)."""
+    settings.IDLE_AFTER_SECONDS = 60
+    install()
+    conversation("quiet")
+    activity_at = Conversation.objects.get(pk="quiet").last_activity_at
+    fake_clock.advance(seconds=61)
+    now = clock.now()
+    active, release = threading.Event(), threading.Event()
+    emitted: list[bool] = []
+
+    def activity() -> None:
+        try:
+            with transaction.atomic():
+                Conversation.objects.filter(pk="quiet").update(last_activity_at=now)
+                active.set()
+                assert release.wait(timeout=20)
+        finally:
+            connection.close()
+
+    def emit() -> None:
+        try:
+            emitted.append(_idle_emit("quiet", activity_at, now - dt.timedelta(seconds=60), now))
+        finally:
+            connection.close()
+
+    writer, emitter = threading.Thread(target=activity), threading.Thread(target=emit)
+    writer.start()
+    try:
+        assert active.wait(timeout=20)
+        emitter.start()
+        wait_until(someone_waits_for_a_lock)  # the emit waits for the conversation row
+        assert emitted == []
+    finally:
+        release.set()
+        writer.join(timeout=30)
+    emitter.join(timeout=30)
+
+    assert emitted == [False]
+    assert not LifecycleEvent.objects.filter(kind="conversation_idle").exists()
+    assert not IdleMark.objects.exists()

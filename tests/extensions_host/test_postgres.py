@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from extensions_host.models import ExtensionDocument, ExtensionRecord, Extension
 from extensions_host.runtime import extension_stop, run_frame
 from extensions_host.services.quotas import usage_totals
 from extensions_host.services.roster import roster_sync
+from tests.postgres import someone_waits_for_a_lock, wait_until
 
 from .conftest import fire_timer, roster
 from .exts import Item, Pad, make_ext
@@ -38,22 +38,6 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, results
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
-
-
-def someone_waits_for_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database()"
-        )
-        return cursor.fetchone()[0] > 0
 
 
 def test_a_stop_committed_on_one_connection_is_honoured_by_the_next_frame_on_another(install):
