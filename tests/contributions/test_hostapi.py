@@ -191,6 +191,34 @@ def test_list_meta_users_access_identity(install, owner, member, conversation):
     }
 
 
+@pytest.mark.parametrize("limit", [0, hostapi.LIST_MAX + 1, True, "5", 2.0])
+def test_a_conversations_list_limit_out_of_bounds_is_invalid_and_audits_nothing(
+    install, conversation, limit
+):
+    install(make_host_ext("bridge", grants=ALL))
+    conversation("c1")
+    host = ctx_of("bridge").host
+
+    with pytest.raises(AdmissionError) as refused:
+        host.conversations.list(limit=limit)
+
+    assert (refused.value.kind, str(refused.value)) == ("invalid", hostapi.MSG_LIST_LIMIT)
+    assert not AuditEntry.objects.filter(actor="ext:bridge").exists()
+
+
+def test_a_conversations_list_limit_keeps_the_newest_activity(install, conversation, fake_clock):
+    install(make_host_ext("bridge", grants=ALL))
+    for cid in ("c1", "c2", "c3"):
+        conversation(cid)
+        fake_clock.advance(seconds=1)
+    Conversation.objects.filter(pk="c1").update(last_activity_at=clock.now())  # newest again
+    host = ctx_of("bridge").host
+
+    assert [c["id"] for c in host.conversations.list(limit=1)] == ["c1"]
+    assert [c["id"] for c in host.conversations.list(limit=2)] == ["c1", "c3"]
+    assert len(host.conversations.list(limit=hostapi.LIST_MAX)) == 3
+
+
 APPROVAL = {"call_id": "q1", "kind": "approval", "prompt": "Deploy?"}
 STATUS = {"key": "status", "place": "header", "body": "deploying"}
 
