@@ -23,7 +23,7 @@ from conversations.models import (
 )
 from core import clock
 from core.access import Access, access_of
-from core.auth import Principal
+from core.auth import Principal, username_valid
 from core.db import BIGINT_MAX
 from core.errors import MSG_FORBIDDEN, HostError
 from core.validation import decimal_number
@@ -134,7 +134,7 @@ def conversations_list(
     elif owner is not None and (owner_id := decimal_number(owner, maximum=BIGINT_MAX)) is not None:
         qs = qs.filter(owner_id=owner_id)
     elif owner is not None:
-        qs = qs.filter(owner__username=owner)
+        qs = qs.filter(owner__username=owner) if username_valid(owner) else qs.none()
     if archived is not None:
         qs = qs.filter(archived=archived)
     return _with_head_and_busy(qs)

@@ -24,6 +24,7 @@ from rest_framework.request import Request
 
 from core import clock
 from core.models import ApiToken, TokenScope
+from core.validation import text_problem
 
 SERVICE_USERNAME = "hyphae-service"
 DEV_USERNAME = "dev"
@@ -31,6 +32,13 @@ TOKEN_PREFIX = "hy_"  # noqa: S105  (a public prefix, not a secret)
 # Extensions' own users are `ext:<id>` (spec 04: "without a password or login"). Django's
 # username validator refuses ":", so no person's account is in this namespace.
 EXTENSION_USERNAME_PREFIX = "ext:"
+
+
+def username_valid(value: object) -> bool:
+    """Whether `value` could be a username: text of 1–150 characters the database can hold.
+    Check before any query: a name no user can have is simply nobody (a NUL in it would be a
+    driver error on PostgreSQL)."""
+    return isinstance(value, str) and 1 <= len(value) <= 150 and text_problem(value) is None
 
 
 def sign_in_refused(username: str) -> bool:

@@ -26,7 +26,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from conversations import selectors as conversation_selectors
-from conversations.models import Conversation, Sharing
+from conversations.models import Conversation, Sharing, conversation_id_valid
 from conversations.serializers import ConversationSerializer, SubmissionSerializer
 from conversations.services import (
     ConversationBusy,
@@ -37,7 +37,7 @@ from conversations.services import (
     submission_submit,
 )
 from core.access import access_of
-from core.auth import Principal, user_principal
+from core.auth import Principal, user_principal, username_valid
 from core.errors import HostError
 from core.services import HOST_CALL_ACTION_PREFIX, audit_record
 from core.validation import text_problem
@@ -53,6 +53,7 @@ MSG_USER_UNKNOWN = "User not found"
 MSG_WATCH_IN_FRAME = "watch cannot run inside a transaction; call it from a worker or route"
 MSG_LIST_LIMIT = "List limit must be 1..1000"
 MSG_TIMEOUT = "watch timeout must be in (0, 300] seconds"
+MSG_SINCE_VERSION = "watch since_version must be an integer"
 WATCH_MAX_SECONDS = 300.0
 LIST_MAX = 1000
 
@@ -102,7 +103,7 @@ class _Area:
         )
 
     def _user(self, username: Any) -> Any:
-        if not isinstance(username, str) or not 1 <= len(username) <= 150:
+        if not username_valid(username):
             raise AdmissionError("invalid", MSG_USER_UNKNOWN)
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
@@ -253,9 +254,11 @@ class HostConversations(_Area):
             or not 0 < timeout_s <= WATCH_MAX_SECONDS
         ):
             raise AdmissionError("invalid", MSG_TIMEOUT)
+        if isinstance(since_version, bool) or not isinstance(since_version, int):
+            raise AdmissionError("invalid", MSG_SINCE_VERSION)
         self._view(conversation_id)  # exists (else AdmissionError) before the first yield
         self._audit("conversations.watch", conversation_id, since_version=since_version)
-        return self._watch(conversation_id, int(since_version), float(timeout_s))
+        return self._watch(conversation_id, since_version, float(timeout_s))
 
     def _watch(self, conversation_id: str, seen: int, timeout_s: float) -> Iterator[dict[str, Any]]:
         interval = settings.HOST_WATCH_POLL_SECONDS
@@ -333,7 +336,7 @@ class HostAccess(_Area):
         owner = resource.get("owner")
         owner_id = (
             get_user_model().objects.filter(username=owner).values_list("pk", flat=True).first()
-            if isinstance(owner, str)
+            if username_valid(owner)
             else None
         )
         self._audit("access.access_of", owner if isinstance(owner, str) else "")
@@ -351,8 +354,8 @@ class HostAccess(_Area):
             username = principal.get("user")
         elif isinstance(principal, str):
             username = principal
-        if username in (None, ""):
-            return ANONYMOUS
+        if not username_valid(username):
+            return ANONYMOUS  # none named, or a name no user can have
         # a deactivated person acts as nobody; an extension's own user is inactive by design
         # (no sign-in), yet it owns what its extension created
         users = get_user_model().objects.filter(username=username)
@@ -368,7 +371,7 @@ class HostIdentity(_Area):
     def acting_user(self, conversation_id: str) -> str | None:
         self._require("host")
         self._audit("identity.acting_user", conversation_id)
-        if not isinstance(conversation_id, str) or len(conversation_id) > 64:
+        if not conversation_id_valid(conversation_id):
             return None
         return (
             Conversation.objects.filter(pk=conversation_id)

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
 from conversations.models import Conversation
-from core.auth import SERVICE_USERNAME
+from core.auth import SERVICE_USERNAME, username_valid
 from core.errors import MSG_NOT_FOUND, HostError
 from core.models import ApiToken
 from core.services import audit_record, lifecycle_record, tokens_revoke_for_user
@@ -56,7 +56,7 @@ def users_list(*, limit: int = DIRECTORY_MAX) -> list[dict[str, Any]]:
 
 
 def user_get(*, username: str) -> dict[str, Any] | None:
-    if not isinstance(username, str) or not 1 <= len(username) <= 150:
+    if not username_valid(username):
         return None
     user = _directory().filter(username=username).first()
     return None if user is None else user_wire(user)
