@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -59,6 +60,17 @@ def text_problem(value: str) -> str | None:
     except UnicodeEncodeError:
         return PROBLEM_NOT_UNICODE
     return None
+
+
+# what no text column can hold: a NUL (PostgreSQL), a lone surrogate (no UTF-8 encoding; a
+# Python string holds a valid pair as one code point, so any surrogate in it is alone)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(value: str) -> str:
+    """`value` with what the database cannot store (`text_problem`) replaced by U+FFFD: for text
+    the host writes down rather than refuses, such as a stop reason quoting a failure."""
+    return _UNSTORABLE.sub("\ufffd", value)
 
 
 def json_problem(

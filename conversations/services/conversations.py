@@ -22,6 +22,7 @@ from core import clock
 from core.auth import Principal
 from core.errors import HostError
 from core.services import lifecycle_record
+from core.validation import text_problem
 from extensions_host.background.services.idle import idle_watermark_lower
 from extensions_host.services.documents import documents_fork
 
@@ -43,6 +44,8 @@ def _text_check(value: Any, *, field: str, limit: int, not_text: str, too_long: 
         raise HostError(
             "contract", "invalid", too_long, details={field: [f"At most {limit} characters."]}
         )
+    if (problem := text_problem(value)) is not None:
+        raise HostError("contract", "invalid", not_text, details={field: [problem]})
 
 
 def _name_check(name: Any) -> None:

@@ -33,10 +33,10 @@ from extensions_host.runtime.frames import hook_deadline
 from extensions_host.runtime.outside import activate_outside, bounded, outside_reason
 from extensions_host.runtime.roster_rows import RosterView, roster_view
 from extensions_host.runtime.stops import (
+    bounded_reason,
     deadline_reason,
     exception_message,
     extension_stop,
-    redact,
 )
 from extensions_host.runtime.transient import is_transient, store_unavailable
 from extensions_host.sdk import Retry, SdkError
@@ -156,9 +156,7 @@ def run_best_effort(
 
 
 def _message(loaded: LoadedExtension, text: str) -> str:
-    from core.errors import bound_text
-
-    return bound_text(redact(text, loaded.id), 512)
+    return bounded_reason(text, loaded.id, 512)
 
 
 def notify_deadline(

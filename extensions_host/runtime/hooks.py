@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from core.validation import first_validation_problem
+from core.validation import first_validation_problem, json_problem
 from extensions_host.registry import LoadedExtension
 from extensions_host.runtime.context import HookContext
 from extensions_host.runtime.current import InvalidResult
@@ -24,6 +24,9 @@ from extensions_host.sdk import Caller, CatalogEntry, Command
 
 MSG_OUTPUT_INVALID = "Extension command output is invalid"
 MSG_RESULT_NOT_JSON = "Extension command result is not JSON"
+MSG_RESULT_NOT_KEPT = (
+    "Extension command result cannot be kept for its Idempotency-Key (a NUL or a lone surrogate)"
+)
 MSG_PROJECTION_INVALID = "Extension projection is invalid"
 MSG_CATALOG_INVALID = "Extension catalog is invalid"
 
@@ -81,8 +84,13 @@ def hook_command(
 
     def validate(result: Any) -> Any:
         if spec.output is not None:
-            return encode_model(spec.output, result, MSG_OUTPUT_INVALID)
-        return encode_json(result, MSG_RESULT_NOT_JSON)
+            value = encode_model(spec.output, result, MSG_OUTPUT_INVALID)
+        else:
+            value = encode_json(result, MSG_RESULT_NOT_JSON)
+        if finish is not None and json_problem(value, max_depth=None) is not None:
+            # kept for the key's replay (`finish`), so it must be storable, as a tool result
+            raise InvalidResult(MSG_RESULT_NOT_KEPT)
+        return value
 
     return run_frame(
         extension_id=loaded.id,

@@ -24,6 +24,7 @@ from django.db import DatabaseError, connection, transaction
 from core import clock
 from core.errors import HostError, bound_text
 from core.services import audit_record
+from core.validation import storable_text
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime.current import TransientDatabaseError
 from extensions_host.runtime.transient import is_transient, with_transient_retries
@@ -107,8 +108,10 @@ def _without(text: str, forms: list[str]) -> str:
     return text
 
 
-def bounded_reason(reason: str, extension_id: str) -> str:
-    return bound_text(redact(reason, extension_id), REASON_MAX)
+def bounded_reason(reason: str, extension_id: str, limit: int = REASON_MAX) -> str:
+    """A failure's text as the host writes it down: redacted, storable (a NUL or a lone
+    surrogate quoted from the failure would make the write itself fail), at most `limit`."""
+    return bound_text(storable_text(redact(reason, extension_id)), limit)
 
 
 def exception_message(exc: BaseException) -> str:

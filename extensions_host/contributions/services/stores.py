@@ -30,7 +30,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from core.errors import HostError
 from core.services import audit_record
-from core.validation import first_problem, json_problem, model_from_json
+from core.validation import first_problem, json_problem, model_from_json, text_problem
 from extensions_host import registry
 from extensions_host.contributions.models import ExtensionSecret, ExtensionSettings
 from extensions_host.models import RosterEntry
@@ -116,8 +116,9 @@ def secret_key_check(key: Any) -> str:
 
 @sensitive_variables()
 def secret_value_check(value: Any) -> str:
-    """A secret's value as stored (raises StateError `bound`): a string of ≤ 64 KiB, no NUL."""
-    if not isinstance(value, str) or len(value) > SECRET_VALUE_MAX or "\x00" in value:
+    """A secret's value as stored (raises StateError `bound`): a string of ≤ 64 KiB the
+    database can hold (no NUL, no lone surrogate)."""
+    if not isinstance(value, str) or len(value) > SECRET_VALUE_MAX or text_problem(value):
         raise StateError("bound", MSG_SECRET_VALUE)
     return value
 
