@@ -343,6 +343,41 @@ def test_the_skills_of_a_stopped_extension_are_not_listed_with_the_run(
     assert capture["skills"] == []
 
 
+@pytest.mark.parametrize("unstorable", ["\x00", "\ud800"], ids=["nul", "surrogate"])
+@pytest.mark.parametrize(
+    ("hook", "grant", "gives", "claimed"),
+    [
+        ("files_for_run", "files", lambda x: [{"path": "f" + x}], 422),
+        ("module_for_run", "run_tools", lambda x: ToolModule(instructions="use" + x), 201),
+        ("compaction_handoff", "compaction_handoff", lambda x: {"note": "n" + x}, 201),
+    ],
+    ids=["files", "module", "handoff"],
+)
+def test_a_capture_the_database_cannot_store_is_an_invalid_result_not_a_failed_claim(
+    install, ready, runtime, hook, grant, gives, claimed, unstorable
+):
+    """The claim stores what the hooks gave in the run's capture: on PostgreSQL a NUL or a lone
+    surrogate in it was a 500 for every claim of the conversation; now it is the extension's
+    invalid result, as for prompt sections, alike on both databases."""
+    install(
+        make_ext(
+            "alpha",
+            grants={grant},
+            tools={"lookup": (LookupInput, lookup)},
+            hooks={hook: lambda ctx, run: gives(unstorable)},
+        )
+    )
+
+    response = claim(runtime)
+
+    assert response.status_code == claimed
+    assert roster("alpha").status == ExtensionStatus.STOPPED
+    assert roster("alpha").failing_hook == hook
+    if claimed == 201:  # the run goes on without what the extension gave
+        capture = response.json()["capture"]
+        assert (capture["tool_modules"], capture["compaction_handoff"]) == ([], None)
+
+
 # --- ambient surfaces -------------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ from conversations.capture import CaptureRejected
 from conversations.models import Run
 from conversations.selectors import entry_text, run_has_pending_steer, run_inputs
 from core.errors import HostError
-from core.validation import input_json_schema
+from core.validation import input_json_schema, json_problem
 from extensions_host import registry
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.registry import LoadedExtension
@@ -332,7 +332,7 @@ def _module_of(participant: Participant, value: Any) -> dict[str, Any] | None:
         raise InvalidResult(MSG_MODULE_INVALID)
     if not names:
         return None
-    return _module(participant, names, spec.instructions)
+    return _storable(_module(participant, names, spec.instructions), MSG_MODULE_INVALID)
 
 
 def _module(participant: Participant, names: list[str], instructions: str) -> dict[str, Any]:
@@ -382,7 +382,18 @@ def _files_of(value: Any) -> list[dict[str, Any]]:
         files = [v if isinstance(v, FileRef) else FileRef.model_validate(v) for v in value]
     except (ValidationError, TypeError) as exc:
         raise InvalidResult(MSG_FILES_FAILED) from exc
-    return [f.model_dump(mode="json", exclude_none=True) for f in files]
+    return _storable(
+        [f.model_dump(mode="json", exclude_none=True) for f in files], MSG_FILES_FAILED
+    )
+
+
+def _storable(value: Any, message: str) -> Any:
+    """What a hook gave for the run's capture, which the claim stores: text the database cannot
+    hold (a NUL, a lone surrogate) is an invalid result, alike on SQLite and PostgreSQL (as for
+    prompt sections), never a failed claim."""
+    if json_problem(value, max_depth=None) is not None:
+        raise InvalidResult(message)
+    return value
 
 
 def _compaction_handoff(captured: list[Participant], info: RunInfo) -> dict[str, Any] | None:
@@ -405,7 +416,9 @@ def _compaction_handoff(captured: list[Participant], info: RunInfo) -> dict[str,
         "compaction_handoff",
         fn,
         info,
-        validate=lambda value: encode_json(value, MSG_HANDOFF_INVALID),
+        validate=lambda value: _storable(
+            encode_json(value, MSG_HANDOFF_INVALID), MSG_HANDOFF_INVALID
+        ),
     )
     if not outcome.ok or outcome.value is None:
         return None  # a failure stopped it; the run goes on without a handoff
