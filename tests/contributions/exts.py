@@ -8,6 +8,7 @@ from typing import Any
 from django.http import JsonResponse
 from pydantic import BaseModel
 
+from extensions_host.runtime import detached_context
 from extensions_host.sdk import (
     Collection,
     Extension,
@@ -128,3 +129,14 @@ def make_bundle_ext(name: str = "testui", directory: str = "webui") -> Extension
 
 def make_host_ext(ext_id: str = "bridge", *, grants: set[str]) -> Extension:
     return Extension(id=ext_id, version="1.0.0", grants=grants)
+
+
+# every grant the host API's areas are gated by
+ALL = {"send", "host", "attention", "state"}
+
+
+def ctx_of(extension_id: str) -> Any:
+    """The extension's context outside a frame (as a route, worker or notifier has it)."""
+    ctx = detached_context(extension_id=extension_id, hook="test")
+    assert ctx is not None
+    return ctx

@@ -16,7 +16,7 @@ from core import clock
 from core.models import AuditEntry, LifecycleEvent
 from extensions_host.contributions.services import hostapi
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime import deadlines, detached_context, extension_stop
+from extensions_host.runtime import deadlines, extension_stop
 from extensions_host.runtime.current import Frame
 from extensions_host.sdk import (
     AdmissionError,
@@ -29,15 +29,7 @@ from extensions_host.sdk import (
 from extensions_host.surfaces.models import AmbientSurface, Interaction
 from extensions_host.surfaces.selectors import ambient_visible
 
-from .exts import make_host_ext, make_routes_ext
-
-ALL = {"send", "host", "attention", "state"}
-
-
-def ctx_of(extension_id: str):
-    ctx = detached_context(extension_id=extension_id, hook="test")
-    assert ctx is not None
-    return ctx
+from .exts import ALL, ctx_of, make_host_ext, make_routes_ext
 
 
 @pytest.mark.parametrize(

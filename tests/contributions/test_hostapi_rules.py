@@ -14,7 +14,6 @@ from core.auth import user_principal
 from core.models import AuditEntry
 from extensions_host.contributions.services import hostapi
 from extensions_host.models import ExtensionStatus, RosterEntry
-from extensions_host.runtime import detached_context
 from extensions_host.sdk import (
     AdmissionError,
     AmbientRecord,
@@ -24,15 +23,7 @@ from extensions_host.sdk import (
     StateError,
 )
 
-from .exts import make_host_ext, make_routes_ext
-
-ALL = {"send", "host", "attention", "state"}
-
-
-def ctx_of(extension_id: str):
-    ctx = detached_context(extension_id=extension_id, hook="test")
-    assert ctx is not None
-    return ctx
+from .exts import ALL, ctx_of, make_host_ext, make_routes_ext
 
 
 def host_of(install, grants: set[str] = ALL):

@@ -650,16 +650,22 @@ def test_an_auto_resume_whose_migration_fails_again_is_not_scheduled_again(insta
     assert AuditEntry.objects.filter(action="extension_auto_resumed").count() == 0
 
 
+def stopped_with_newer_stored_state(install: Any) -> Any:
+    """`alpha` stopped, and its stored state written by a newer release meanwhile."""
+    install(make_ext("alpha", on_timer=raising("boom")))
+    fire_timer("alpha")
+    row = roster("alpha")
+    row.state_version = row.state_version + 1
+    row.save()
+    return row
+
+
 def test_a_resume_refused_by_newer_stored_state_names_the_migration_as_the_failing_hook(
     install,
 ):
     from extensions_host.services.roster import extension_resume
 
-    install(make_ext("alpha", on_timer=raising("boom")))
-    fire_timer("alpha")
-    row = roster("alpha")
-    row.state_version = row.state_version + 1  # written by a newer release meanwhile
-    row.save()
+    row = stopped_with_newer_stored_state(install)
 
     resumed = extension_resume(extension_id="alpha", actor="staff")
 
@@ -675,11 +681,7 @@ def test_a_sync_of_a_stopped_extension_whose_state_cannot_open_gives_that_as_the
 ):
     from extensions_host.services.roster import roster_sync
 
-    install(make_ext("alpha", on_timer=raising("boom")))
-    fire_timer("alpha")
-    row = roster("alpha")
-    row.state_version = row.state_version + 1  # written by a newer release meanwhile
-    row.save()
+    stopped_with_newer_stored_state(install)
 
     roster_sync()  # a process restart at the same revision: kept stopped
 

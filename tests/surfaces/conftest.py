@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from conversations.models import Conversation
+from conversations.models import Conversation, Submission
+from conversations.services import Origin, submission_admit
 from core import clock
 from extensions_host.models import RosterEntry
 from extensions_host.runtime import FrameOutcome, run_frame
@@ -27,6 +28,18 @@ def in_frame(extension_id: str, fn: Callable[[Any], Any], **options: Any) -> Fra
     options.setdefault("boundary", "worker")
     options.setdefault("hook", "on_timer")
     return run_frame(extension_id=extension_id, call=fn, **options)
+
+
+def submit(cid: str, owner: Any, text: str = "hello") -> Submission:
+    """Admit a user's input into the conversation (ready for a claim)."""
+    return submission_admit(
+        conversation_id=cid, parts=[{"type": "text", "text": text}], origin=Origin.of_user(owner)
+    ).submission
+
+
+def claim(runtime: Any, cid: str = "c1") -> Any:
+    """The agent runtime claims the conversation's next run (`POST …/runs`)."""
+    return runtime.post(f"/v1/conversations/{cid}/runs", {}, format="json")
 
 
 def roster(extension_id: str) -> RosterEntry:

@@ -56,3 +56,8 @@ def sections(*pairs: tuple[str, str]) -> Callable[..., Any]:
         return [{"name": name, "text": text} for name, text in pairs]
 
     return prompt
+
+
+def prompter(ext_id: str, prompt: Any) -> Extension:
+    """An extension taking part in runs through its `prompt` hook."""
+    return make_ext(ext_id, grants={"prompt"}, hooks={"prompt": prompt})

@@ -9,13 +9,13 @@ import pytest
 from pydantic import BaseModel
 
 from conversations.models import Run, Submission
-from conversations.services import Origin, run_settle, submission_admit
+from conversations.services import run_settle
 from core.validation import input_json_schema
 from extensions_host.models import ExtensionStatus
 from extensions_host.sdk import Retry, ToolModule
 
-from .conftest import roster
-from .exts import LookupInput, make_ext, sections
+from .conftest import claim, roster, submit
+from .exts import LookupInput, make_ext, prompter, sections
 
 
 class Near(BaseModel):
@@ -29,20 +29,6 @@ class PlaceInput(BaseModel):
 
 PROMPT_INVALID = "Extension prompt is invalid"
 MODULE_INVALID = "Extension tool module is invalid"
-
-
-def submit(cid: str, owner: Any, text: str = "hello") -> Submission:
-    return submission_admit(
-        conversation_id=cid, parts=[{"type": "text", "text": text}], origin=Origin.of_user(owner)
-    ).submission
-
-
-def claim(runtime: Any, cid: str = "c1") -> Any:
-    return runtime.post(f"/v1/conversations/{cid}/runs", {}, format="json")
-
-
-def prompter(ext_id: str, prompt: Any) -> Any:
-    return make_ext(ext_id, grants={"prompt"}, hooks={"prompt": prompt})
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conversations.models import Conversation, Submission
-from conversations.services import Origin, run_settle, submission_admit
+from conversations.services import run_settle
 from core import clock
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import extension_stop
@@ -20,8 +20,8 @@ from extensions_host.surfaces.selectors import ambient_visible
 from extensions_host.surfaces.types import Accepted, Prompt
 
 from ..contributions.exts import make_skills_ext
-from .conftest import in_frame, roster
-from .exts import LookupInput, make_ext, sections
+from .conftest import claim, in_frame, roster, submit
+from .exts import LookupInput, make_ext, prompter, sections
 
 # --- send -------------------------------------------------------------------------------------
 
@@ -130,20 +130,6 @@ def test_with_the_send_rate_off_sends_are_not_limited(install, conversation, set
 
 
 # --- run participation ------------------------------------------------------------------------
-
-
-def submit(cid: str, owner: Any, text: str = "hello") -> Submission:
-    return submission_admit(
-        conversation_id=cid, parts=[{"type": "text", "text": text}], origin=Origin.of_user(owner)
-    ).submission
-
-
-def claim(runtime: Any, cid: str = "c1") -> Any:
-    return runtime.post(f"/v1/conversations/{cid}/runs", {}, format="json")
-
-
-def prompter(ext_id: str, prompt: Any) -> Any:
-    return make_ext(ext_id, grants={"prompt"}, hooks={"prompt": prompt})
 
 
 def lookup(ctx: Any, run: Any, arguments: LookupInput) -> dict[str, Any]:
