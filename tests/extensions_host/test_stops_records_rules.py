@@ -48,6 +48,24 @@ def keep_then_raise(kept: list[Any], message: str) -> Any:
     return hook
 
 
+def listening(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The extensions the stop listeners hear of, in order."""
+    heard: list[str] = []
+    monkeypatch.setattr(
+        "extensions_host.runtime.stops.stop_listeners", [*stop_listeners, heard.append]
+    )
+    return heard
+
+
+def keeping(kept: list[Any]) -> Any:
+    """An `on_timer` hook that keeps its context, for a write after its frame ended."""
+
+    def hook(ctx: Any, timer: Any) -> None:
+        kept.append(ctx)
+
+    return hook
+
+
 # --- stop reasons: redaction and bound --------------------------------------------------------
 
 
@@ -179,11 +197,7 @@ def test_a_second_stop_of_a_stopped_extension_keeps_the_first_and_reports_its_re
 
 def test_a_defect_of_an_older_revisions_code_does_not_stop_the_newer_revision(install):
     kept: list[Any] = []
-
-    def keep(ctx: Any, timer: Any) -> None:
-        kept.append(ctx)
-
-    install(make_ext("alpha", on_timer=keep))
+    install(make_ext("alpha", on_timer=keeping(kept)))
     assert fire_timer("alpha").ok
     install(make_ext("alpha", version="2.0.0"))  # a new revision was synced meanwhile
 
@@ -198,16 +212,9 @@ def test_a_defect_of_an_older_revisions_code_does_not_stop_the_newer_revision(in
 def test_stop_listeners_hear_a_stop_once_and_not_a_stop_that_changed_nothing(install, monkeypatch):
     """A write outside any frame, with no host transaction open, stops in its own commit: the
     listeners hear it at once."""
-    heard: list[str] = []
-    monkeypatch.setattr(
-        "extensions_host.runtime.stops.stop_listeners", [*stop_listeners, heard.append]
-    )
+    heard = listening(monkeypatch)
     kept: list[Any] = []
-
-    def keep(ctx: Any, timer: Any) -> None:
-        kept.append(ctx)
-
-    install(make_ext("alpha", on_timer=keep), make_ext("beta"))
+    install(make_ext("alpha", on_timer=keeping(kept)), make_ext("beta"))
     assert fire_timer("alpha").ok
 
     for _ in range(2):  # the second finds it stopped already
@@ -221,16 +228,9 @@ def test_stop_listeners_hear_a_stop_once_and_not_a_stop_that_changed_nothing(ins
 def test_a_stop_inside_a_host_transaction_is_heard_only_when_it_commits(
     install, monkeypatch, django_capture_on_commit_callbacks
 ):
-    heard: list[str] = []
-    monkeypatch.setattr(
-        "extensions_host.runtime.stops.stop_listeners", [*stop_listeners, heard.append]
-    )
+    heard = listening(monkeypatch)
     kept: list[Any] = []
-
-    def keep(ctx: Any, timer: Any) -> None:
-        kept.append(ctx)
-
-    install(make_ext("alpha", on_timer=keep))
+    install(make_ext("alpha", on_timer=keeping(kept)))
     assert fire_timer("alpha").ok
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from extensions_host.sdk import Extension
+from extensions_host.sdk import Extension, StateError
 
 
 class Empty(BaseModel):
@@ -61,3 +61,16 @@ def sections(*pairs: tuple[str, str]) -> Callable[..., Any]:
 def prompter(ext_id: str, prompt: Any) -> Extension:
     """An extension taking part in runs through its `prompt` hook."""
     return make_ext(ext_id, grants={"prompt"}, hooks={"prompt": prompt})
+
+
+def captured(fn: Any) -> Any:
+    """A hook that calls `fn(ctx)` and returns the StateError it raised (or None)."""
+
+    def hook(ctx: Any) -> StateError | None:
+        try:
+            fn(ctx)
+        except StateError as exc:
+            return exc
+        return None
+
+    return hook

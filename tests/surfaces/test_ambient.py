@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from extensions_host.runtime import extension_stop
-from extensions_host.sdk import StateError
 from extensions_host.surfaces.models import AmbientSurface
 from extensions_host.surfaces.selectors import ambient_visible
 
 from .conftest import in_frame
-from .exts import make_ext
+from .exts import captured, make_ext
 
 
 def panel(key: str = "status", **extra: Any) -> dict[str, Any]:
@@ -23,17 +22,6 @@ def panel(key: str = "status", **extra: Any) -> dict[str, Any]:
 
 def ext(ext_id: str = "amb") -> Any:
     return make_ext(ext_id, grants={"attention"}, ambient_kinds=("status", "progress"))
-
-
-def trying(fn: Any) -> Any:
-    def hook(ctx: Any) -> StateError | None:
-        try:
-            fn(ctx)
-        except StateError as exc:
-            return exc
-        return None
-
-    return hook
 
 
 def test_set_replaces_the_whole_surface(install, conversation):
@@ -55,7 +43,7 @@ def test_the_first_writer_owns_the_key_and_another_extension_gets_a_conflict(ins
     conversation("c1")
     assert in_frame("amb", lambda ctx: ctx.set_ambient("c1", panel(body="mine"))).ok
 
-    error = in_frame("rival", trying(lambda ctx: ctx.set_ambient("c1", panel(body="x")))).value
+    error = in_frame("rival", captured(lambda ctx: ctx.set_ambient("c1", panel(body="x")))).value
 
     assert error.kind == "conflict"
     assert ambient_visible(conversation_id="c1")[0]["body"] == "mine"
@@ -74,7 +62,7 @@ def test_clear_empties_the_surface_and_keeps_ownership(install, conversation):
     assert ambient_visible(conversation_id="c1") == []
     stored = AmbientSurface.objects.get()
     assert (stored.extension_id, stored.cleared, stored.body) == ("amb", True, None)
-    error = in_frame("rival", trying(lambda ctx: ctx.set_ambient("c1", panel()))).value
+    error = in_frame("rival", captured(lambda ctx: ctx.set_ambient("c1", panel()))).value
     assert error.kind == "conflict"
     assert in_frame("amb", lambda ctx: ctx.set_ambient("c1", panel(body="back"))).ok
     assert ambient_visible(conversation_id="c1")[0]["body"] == "back"
@@ -84,7 +72,7 @@ def test_writing_an_undeclared_key_is_a_bound_error(install, conversation):
     install(ext())
     conversation("c1")
 
-    error = in_frame("amb", trying(lambda ctx: ctx.set_ambient("c1", panel("weather")))).value
+    error = in_frame("amb", captured(lambda ctx: ctx.set_ambient("c1", panel("weather")))).value
 
     assert (error.kind, error.message) == ("bound", "Ambient key is not declared")
     assert not AmbientSurface.objects.exists()
@@ -106,7 +94,7 @@ def test_an_invalid_surface_is_a_bound_error(install, conversation, bad):
     install(ext())
     conversation("c1")
 
-    error = in_frame("amb", trying(lambda ctx: ctx.set_ambient("c1", bad))).value
+    error = in_frame("amb", captured(lambda ctx: ctx.set_ambient("c1", bad))).value
 
     assert error.kind == "bound"
     assert not AmbientSurface.objects.exists()
@@ -122,11 +110,11 @@ def test_body_and_details_together_are_bounded_at_32_kib_of_json_whatever_the_ke
     body = "x" * (32 * 1024 - 9 - 2)  # with its quotes: the rest of the 32 KiB
     assert sum(len(json.dumps(v, separators=(",", ":"))) for v in (body, details)) == 32 * 1024
 
-    at_bound = in_frame("amb", trying(lambda ctx: ctx.ambient.set("c1", panel(key, body=body))))
+    at_bound = in_frame("amb", captured(lambda ctx: ctx.ambient.set("c1", panel(key, body=body))))
     both = panel(key, body=body, details=details)
-    together = in_frame("amb", trying(lambda ctx: ctx.ambient.set("c1", both)))
+    together = in_frame("amb", captured(lambda ctx: ctx.ambient.set("c1", both)))
     over = panel(key, body=body + "x", details=details)
-    one_more = in_frame("amb", trying(lambda ctx: ctx.ambient.set("c1", over)))
+    one_more = in_frame("amb", captured(lambda ctx: ctx.ambient.set("c1", over)))
 
     assert (at_bound.value, together.value) == (None, None)
     assert (one_more.value.kind, one_more.value.message) == ("bound", "Ambient surface is invalid")

@@ -19,7 +19,7 @@ from extensions_host.surfaces.selectors import attention_visible
 from extensions_host.surfaces.services.attention import attention_prune_expired
 
 from .conftest import in_frame, roster
-from .exts import make_ext
+from .exts import captured, make_ext
 
 
 def item(item_id: str = "i1", level: str = "info", **extra: Any) -> dict[str, Any]:
@@ -30,19 +30,6 @@ def set_items(*items: dict[str, Any], cid: str = "c1") -> Any:
     def hook(ctx: Any) -> None:
         for value in items:
             ctx.attention.set(cid, value)
-
-    return hook
-
-
-def captured(fn: Any) -> Any:
-    """A hook that calls `fn(ctx)` and returns the StateError it raised (or None)."""
-
-    def hook(ctx: Any) -> StateError | None:
-        try:
-            fn(ctx)
-        except StateError as exc:
-            return exc
-        return None
 
     return hook
 

@@ -14,14 +14,14 @@ from conversations.services import run_settle
 from core import clock
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import extension_stop
-from extensions_host.sdk import AdmissionError, StateError, ToolModule
+from extensions_host.sdk import AdmissionError, ToolModule
 from extensions_host.surfaces.models import AmbientSurface
 from extensions_host.surfaces.selectors import ambient_visible
 from extensions_host.surfaces.types import Accepted, Prompt
 
 from ..contributions.exts import make_skills_ext
 from .conftest import claim, in_frame, roster, submit
-from .exts import LookupInput, make_ext, prompter, sections
+from .exts import LookupInput, captured, make_ext, prompter, sections
 
 # --- send -------------------------------------------------------------------------------------
 
@@ -375,21 +375,10 @@ def panel(key: str = "status", **extra: Any) -> dict[str, Any]:
     return {"key": key, "place": "header", **extra}
 
 
-def trying(fn: Any) -> Any:
-    def hook(ctx: Any) -> StateError | None:
-        try:
-            fn(ctx)
-        except StateError as exc:
-            return exc
-        return None
-
-    return hook
-
-
 def test_setting_a_surface_in_a_missing_conversation_is_a_bound_error(install):
     install(ambient_ext())
 
-    outcome = in_frame("amb", trying(lambda ctx: ctx.set_ambient("nope", panel(body="x"))))
+    outcome = in_frame("amb", captured(lambda ctx: ctx.set_ambient("nope", panel(body="x"))))
 
     assert (outcome.value.kind, outcome.value.message) == (
         "bound",
@@ -422,8 +411,8 @@ def test_clearing_another_extensions_key_is_a_conflict_and_an_undeclared_key_is_
     conversation("c1")
     assert in_frame("amb", lambda ctx: ctx.set_ambient("c1", panel(body="mine"))).ok
 
-    rival = in_frame("rival", trying(lambda ctx: ctx.clear_ambient("c1", "status"))).value
-    undeclared = in_frame("amb", trying(lambda ctx: ctx.clear_ambient("c1", "weather"))).value
+    rival = in_frame("rival", captured(lambda ctx: ctx.clear_ambient("c1", "status"))).value
+    undeclared = in_frame("amb", captured(lambda ctx: ctx.clear_ambient("c1", "weather"))).value
 
     assert rival.kind == "conflict"
     assert (undeclared.kind, undeclared.message) == ("bound", "Ambient key is not declared")
@@ -438,7 +427,7 @@ def test_a_surface_whose_content_cannot_be_stored_is_a_bound_error(install, conv
     install(ambient_ext())
     conversation("c1")
 
-    outcome = in_frame("amb", trying(lambda ctx: ctx.set_ambient("c1", panel(**content))))
+    outcome = in_frame("amb", captured(lambda ctx: ctx.set_ambient("c1", panel(**content))))
 
     assert (outcome.value.kind, outcome.value.message) == ("bound", "Ambient surface is invalid")
     assert not AmbientSurface.objects.exists()
