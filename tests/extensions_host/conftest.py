@@ -28,6 +28,11 @@ def fire_timer(extension_id: str, key: str = "t1", **options: Any) -> FrameOutco
     )
 
 
+def write(body: Any, extension_id: str = "alpha") -> Any:
+    """Run `body(ctx)` in a frame that returns typed failures (as a command would)."""
+    return run_frame(extension_id=extension_id, hook="test", call=body, failures="return")
+
+
 def roster(extension_id: str) -> RosterEntry:
     return RosterEntry.objects.get(pk=extension_id)
 

@@ -11,18 +11,12 @@ import pytest
 from conversations.models import Conversation
 from core.validation import PROBLEM_NUL
 from extensions_host.models import ExtensionDocument, ExtensionRecord, UsageSlot
-from extensions_host.runtime import run_frame
 from extensions_host.sdk import MAX_RECORD_BYTES, StateError
 from extensions_host.services.documents import documents_fork
 from extensions_host.services.quotas import usage_totals
 
-from .conftest import roster
+from .conftest import roster, write
 from .exts import Item, Pad, make_ext
-
-
-def write(body: Any, extension_id: str = "alpha") -> Any:
-    """Run `body(ctx)` in a frame that returns typed failures (as a command would)."""
-    return run_frame(extension_id=extension_id, hook="test", call=body, failures="return")
 
 
 def stored() -> list[tuple[str, str, str | None]]:

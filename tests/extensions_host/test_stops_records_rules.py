@@ -21,7 +21,7 @@ from extensions_host.runtime.stops import REASON_MAX, REDACTED, redact_secrets
 from extensions_host.sdk import MAX_RECORD_BYTES, Collection, Extension, ExtensionStop, TimerEvent
 from extensions_host.services.migrations import PROBLEM_IN_REASON_MAX
 
-from .conftest import fire_timer, roster
+from .conftest import fire_timer, roster, write
 from .exts import Item, make_ext
 
 
@@ -366,11 +366,6 @@ def test_retries_asked_counts_retries_in_a_row_and_anything_else_clears_it(count
 
 
 # --- records ------------------------------------------------------------------------------------
-
-
-def write(body: Any, extension_id: str = "alpha") -> Any:
-    """Run `body(ctx)` in a frame that returns typed failures (as a command would)."""
-    return run_frame(extension_id=extension_id, hook="test", call=body, failures="return")
 
 
 def stored_keys(extension_id: str = "alpha") -> list[str]:
