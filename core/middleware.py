@@ -51,7 +51,10 @@ class RequestIdMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get("X-Request-Id", "")
-        rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        # printable ASCII only: any other header text would be echoed MIME-encoded by Django,
+        # so the caller's id would not match the response's or the logs'
+        kept = 0 < len(incoming) <= 64 and incoming.isascii() and incoming.isprintable()
+        rid = incoming if kept else uuid.uuid4().hex
         setattr(request, REQUEST_ID_ATTR, rid)
         token = request_id_var.set(rid)
         try:
