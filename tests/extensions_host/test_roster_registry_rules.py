@@ -320,6 +320,18 @@ def test_staff_clear_a_deadline_override_and_quota_overrides_with_none(install):
 # --- the registry -----------------------------------------------------------------------------
 
 
+def discovery_error() -> str:
+    """The load error of a fresh discovery (entry points and `HOST_EXTENSIONS` as set now);
+    the registry is reset again after it, for the next test."""
+    registry.reset()
+    try:
+        with pytest.raises(ExtensionLoadError) as raised:
+            registry.loaded()
+    finally:
+        registry.reset()
+    return str(raised.value)
+
+
 def test_the_loaded_set_is_sorted_by_id_whatever_the_discovery_order():
     loaded = registry.load([("one", make_ext("beta")), ("two", make_ext("alpha"))])
 
@@ -369,14 +381,8 @@ def test_host_extensions_paths_that_name_no_one_extension_are_load_errors(
 ):
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     settings.HOST_EXTENSIONS = [path]
-    registry.reset()
-    try:
-        with pytest.raises(ExtensionLoadError) as raised:
-            registry.loaded()
-    finally:
-        registry.reset()
 
-    assert str(raised.value) == message
+    assert discovery_error() == message
 
 
 def test_an_entry_point_that_fails_to_load_is_a_load_error_naming_it(settings, monkeypatch):
@@ -389,14 +395,8 @@ def test_an_entry_point_that_fails_to_load_is_a_load_error_naming_it(settings, m
 
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [EntryPoint()])
     settings.HOST_EXTENSIONS = []
-    registry.reset()
-    try:
-        with pytest.raises(ExtensionLoadError) as raised:
-            registry.loaded()
-    finally:
-        registry.reset()
 
-    assert str(raised.value) == (
+    assert discovery_error() == (
         "Extension entry point broken-plugin (broken_pkg:extension) cannot be loaded: "
         "missing dependency"
     )
