@@ -29,6 +29,7 @@ from extensions_host.selectors import extension_id_usable
 from extensions_host.services.documents import documents_declare
 from extensions_host.services.migrations import state_migrate
 from extensions_host.services.quotas import quotas_parsed, quotas_problems, usage_slots_ensure
+from extensions_host.services.recovery import auto_resume_next_at
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -225,7 +226,9 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
         if row.status == ExtensionStatus.STOPPED:
             report.kept_stopped.append(row.id)
         # re-read at every sync, apart from staff's switch (`auto_resume`): both must allow it
-        row.declared_auto_resume = definition.auto_resume
+        if row.declared_auto_resume != definition.auto_resume:
+            row.declared_auto_resume = definition.auto_resume
+            _schedule_auto_resume(row)
         row.version = definition.version
         row.revision = loaded.revision
         row.fingerprint = loaded.fingerprint
@@ -264,12 +267,31 @@ def _sync_one(loaded: LoadedExtension, report: SyncReport) -> None:
         report.stopped[row.id] = stop.reason
 
 
+def _locked(extension_id: str) -> RosterEntry:
+    """The roster row, locked for the rest of the transaction; `not_found` without a query for
+    an id no extension could have."""
+    row = None
+    if extension_id_usable(extension_id):
+        row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
+    if row is None:
+        raise HostError("store", "not_found", MSG_NOT_FOUND)
+    return row
+
+
 def _clear_stop(row: RosterEntry) -> None:
     row.status = ExtensionStatus.RUNNING
     row.reason = ""
     row.stopped_at = None
     row.failing_hook = ""
     row.next_auto_resume_at = None
+
+
+def _schedule_auto_resume(row: RosterEntry) -> None:
+    """Schedule (or unschedule) a kept stop's auto-resume after either switch changed: off,
+    nothing is shown as due; on again, it is due where its backoff from `stopped_at` puts it
+    (at the next sweep if that has passed)."""
+    if row.stopped_at is not None:
+        row.next_auto_resume_at = auto_resume_next_at(row=row, stopped_at=row.stopped_at)
 
 
 def _fresh_start(extension_id: str) -> None:
@@ -306,14 +328,10 @@ def extension_user(extension_id: str) -> AbstractBaseUser:
 def extension_resume(*, extension_id: str, actor: str) -> RosterEntry:
     """Staff resume (admin action, API, `manage.py resume_extension`): only from `stopped`;
     resets the auto-resume counters. Resume of a running extension is a no-op."""
-    if not extension_id_usable(extension_id):
-        raise HostError("store", "not_found", MSG_NOT_FOUND)
 
     def step() -> RosterEntry:
         with transaction.atomic(durable=True):
-            row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
-            if row is None:
-                raise HostError("store", "not_found", MSG_NOT_FOUND)
+            row = _locked(extension_id)
             if row.status == ExtensionStatus.UNINSTALLED:
                 raise HostError("contract", "conflict", MSG_UNINSTALLED)
             if row.status == ExtensionStatus.STOPPED:
@@ -385,9 +403,7 @@ def _resume_row(row: RosterEntry, *, actor: str, staff: bool) -> bool:
 def extension_admit_grants(*, extension_id: str, grants: list[str], actor: str) -> RosterEntry:
     """Staff admit a subset of the requested grants (the admin's admission action)."""
     with transaction.atomic(durable=True):
-        row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
-        if row is None:
-            raise HostError("store", "not_found", MSG_NOT_FOUND)
+        row = _locked(extension_id)
         if not set(grants) <= set(row.requested_grants):
             raise HostError("contract", "invalid", MSG_GRANTS_NOT_REQUESTED)
         previous = row.admitted_grants
@@ -444,9 +460,7 @@ def extension_limits_update(
 
     def step() -> RosterEntry:
         with transaction.atomic(durable=True):
-            row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
-            if row is None:
-                raise HostError("store", "not_found", MSG_NOT_FOUND)
+            row = _locked(extension_id)
             changed = {
                 name: {"before": getattr(row, name), "after": value}
                 for name, value in wanted.items()
@@ -456,7 +470,11 @@ def extension_limits_update(
                 return row
             for name, change in changed.items():
                 setattr(row, name, change["after"])
-            row.save(update_fields=[*changed, "updated_at"])
+            fields = [*changed, "updated_at"]
+            if "auto_resume" in changed:
+                _schedule_auto_resume(row)
+                fields.append("next_auto_resume_at")
+            row.save(update_fields=fields)
             audit_record(
                 actor=actor, action="extension_limits_changed", target=row.id, detail=changed
             )
@@ -473,9 +491,7 @@ def extension_purge(*, extension_id: str, actor: str) -> dict[str, int]:
     """Delete an uninstalled extension's data and roster row (staff, with confirmation in the
     admin; audited with what was removed). Installed extensions cannot be purged."""
     with transaction.atomic(durable=True):
-        row = RosterEntry.objects.select_for_update().filter(pk=extension_id).first()
-        if row is None:
-            raise HostError("store", "not_found", MSG_NOT_FOUND)
+        row = _locked(extension_id)
         if row.status != ExtensionStatus.UNINSTALLED:
             raise HostError("contract", "conflict", MSG_NOT_UNINSTALLED)
         removed = {

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from pydantic import BaseModel
 
 from conversations.models import SettledCounter
@@ -25,6 +27,7 @@ from extensions_host.services import roster as roster_service
 from extensions_host.services.roster import (
     extension_admit_grants,
     extension_limits_update,
+    extension_purge,
     extension_resume,
     roster_auto_resume_due,
     roster_sync,
@@ -191,16 +194,6 @@ def test_resuming_an_uninstalled_extension_is_a_conflict_and_changes_nothing(ins
     assert not AuditEntry.objects.filter(action="extension_resumed").exists()
 
 
-def test_resuming_an_id_no_extension_could_have_is_not_found_without_a_query(
-    db, django_assert_num_queries
-):
-    """A NUL would be a driver error on PostgreSQL, not an answer."""
-    with django_assert_num_queries(0), pytest.raises(HostError) as raised:
-        extension_resume(extension_id="ghost\x00", actor="staff")
-
-    assert (raised.value.category, raised.value.cause) == ("store", "not_found")
-
-
 def test_staff_turning_auto_resume_off_cancels_an_auto_resume_already_scheduled(
     install, fake_clock
 ):
@@ -230,6 +223,65 @@ def test_code_declaring_auto_resume_off_at_the_same_revision_cancels_a_scheduled
 
     assert roster_auto_resume_due() == []
     assert roster("alpha").status == ExtensionStatus.STOPPED
+
+
+def test_the_schedule_shown_follows_staff_switching_auto_resume_off_and_on_again(
+    install, fake_clock
+):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+    stopped = roster("alpha")
+
+    extension_limits_update(extension_id="alpha", actor="staff", auto_resume=False)
+    assert roster("alpha").next_auto_resume_at is None
+
+    fake_clock.advance(seconds=3600)
+    extension_limits_update(extension_id="alpha", actor="staff", auto_resume=True)
+    # due where its backoff from the stop puts it: passed, so the next sweep resumes it
+    assert roster("alpha").next_auto_resume_at == stopped.next_auto_resume_at
+    assert roster_auto_resume_due() == ["alpha"]
+
+
+def test_the_schedule_shown_follows_the_code_declaring_auto_resume_off_and_on_again(
+    install, fake_clock
+):
+    install(make_ext("alpha", on_timer=failing))
+    fire_timer("alpha")
+    scheduled = roster("alpha").next_auto_resume_at
+
+    install(make_ext("alpha", on_timer=failing, auto_resume=False))
+    assert roster("alpha").next_auto_resume_at is None
+
+    install(make_ext("alpha", on_timer=failing))
+    assert roster("alpha").next_auto_resume_at == scheduled
+
+
+def test_switching_auto_resume_on_a_running_extension_schedules_nothing(install):
+    install(make_ext("alpha"))
+    extension_limits_update(extension_id="alpha", actor="staff", auto_resume=False)
+
+    extension_limits_update(extension_id="alpha", actor="staff", auto_resume=True)
+
+    assert roster("alpha").next_auto_resume_at is None
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: extension_resume(extension_id="ghost\x00", actor="staff"),
+        lambda: extension_admit_grants(extension_id="ghost\x00", grants=[], actor="staff"),
+        lambda: extension_limits_update(extension_id="ghost\x00", actor="staff", auto_resume=True),
+        lambda: extension_purge(extension_id="ghost\x00", actor="staff"),
+    ],
+    ids=["resume", "admit_grants", "limits_update", "purge"],
+)
+def test_staff_services_find_no_extension_by_an_id_none_could_have_without_reading_it(db, call):
+    """A NUL would be a driver error on PostgreSQL, not an answer."""
+    with CaptureQueriesContext(connection) as queries, pytest.raises(HostError) as raised:
+        call()
+
+    assert (raised.value.category, raised.value.cause) == ("store", "not_found")
+    assert not [query for query in queries if "SELECT" in query["sql"]]
 
 
 def test_the_auto_resume_sweep_takes_the_longest_due_first_up_to_its_limit(install, fake_clock):
