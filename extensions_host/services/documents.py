@@ -103,11 +103,10 @@ def _apply(
 
 def _decoded(name: str, spec: Document[Any], text: str | None) -> Any:
     """A stored text as the document's model; none stored (or the placeholder of a first write
-    in progress, which `fn` may read): the initial value."""
+    in progress, which `fn` may read): the initial value. `max_bytes` bounds writes only: a
+    document stored before a version lowered it still reads, so that version can shrink it."""
     if text is None or text == PLACEHOLDER:
         text = spec.initial_json()
-    if len(text.encode()) > spec.max_bytes:
-        raise StateError("bound", f"Document {name} exceeds max_bytes")
     return decode_value(spec.model, text, f"document {name}")
 
 

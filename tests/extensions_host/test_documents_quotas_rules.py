@@ -93,17 +93,31 @@ def test_an_update_returns_the_value_it_stored(alpha, conversation):
     assert outcome.value == Pad(text="one two")
 
 
-def test_a_stored_document_over_a_lowered_max_bytes_is_a_bound_error_on_read(install, conversation):
-    """A new version may declare a smaller `max_bytes` than what is already stored."""
+@pytest.fixture
+def over_lowered_max_bytes(install, conversation):
+    """A document of 200 bytes stored, then a new version declaring `max_bytes=64`."""
     install(make_ext("alpha"))
     conversation("c1")
     assert write(lambda c: c.document("pad").update("c1", lambda p: pad_of(200))).ok
     install(make_ext("alpha", version="2.0.0", pad_max_bytes=64))
 
+
+def test_a_stored_document_over_a_lowered_max_bytes_still_reads(over_lowered_max_bytes):
+    """The bound is the writer's: what was stored within the old one stays readable."""
     outcome = write(lambda c: c.document("pad").read("c1"))
 
-    assert outcome.error.kind == "bound"
-    assert "max_bytes" in outcome.error.message
+    assert outcome.value == pad_of(200)
+
+
+def test_a_stored_document_over_a_lowered_max_bytes_can_be_shrunk_but_not_kept(
+    over_lowered_max_bytes,
+):
+    kept = write(lambda c: c.document("pad").update("c1", lambda p: p))
+    shrunk = write(lambda c: c.document("pad").update("c1", lambda p: Pad(text=p.text[:10])))
+
+    assert kept.error.kind == "bound"
+    assert "max_bytes" in kept.error.message
+    assert shrunk.value == Pad(text=pad_of(200).text[:10])
     assert roster("alpha").status == "running"
 
 
