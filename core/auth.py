@@ -93,6 +93,11 @@ def principal_of(request: Request) -> Principal:
     return auth if isinstance(auth, Principal) else ANONYMOUS
 
 
+def user_is_admin(user: AbstractBaseUser) -> bool:
+    """An admin of the API: staff or superuser (the admin console admits staff only)."""
+    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
 def user_principal(
     user: AbstractBaseUser,
     method: str,
@@ -103,7 +108,7 @@ def user_principal(
         user=user,
         name=user.get_full_name() or user.get_username(),  # type: ignore[attr-defined]
         email=getattr(user, "email", "") or "",
-        admin=bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False)),
+        admin=user_is_admin(user),
         service=False,
         method=method,
         scope=scope,
@@ -245,7 +250,7 @@ class ProxyAuthentication(_Authentication):
         )
         if not user.is_active:
             raise exceptions.AuthenticationFailed()
-        admin = settings.HOST_PROXY_ADMIN_GROUP in groups or user.is_staff
+        admin = settings.HOST_PROXY_ADMIN_GROUP in groups or user_is_admin(user)
         principal = Principal(
             user=user,
             name=name or username,

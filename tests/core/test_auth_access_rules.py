@@ -195,8 +195,14 @@ def test_forward_auth_makes_an_admin_only_of_the_admin_group(proxy_on, groups, a
     assert principal(APIClient(), **forwarded("alice", **headers))["admin"] is admin
 
 
-def test_a_staff_user_is_an_admin_through_forward_auth_without_the_group(proxy_on, make_user):
-    make_user("alice", is_staff=True)
+@pytest.mark.parametrize(
+    "flags", [{"is_staff": True}, {"is_superuser": True}], ids=["staff", "superuser"]
+)
+def test_staff_or_a_superuser_is_an_admin_through_forward_auth_without_the_group(
+    proxy_on, make_user, flags
+):
+    """The same rule as every other way of signing in."""
+    make_user("alice", **flags)
     assert principal(APIClient(), **forwarded("alice", groups="users"))["admin"] is True
 
 

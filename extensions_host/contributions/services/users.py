@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
 from conversations.models import Conversation
-from core.auth import SERVICE_USERNAME, username_valid
+from core.auth import SERVICE_USERNAME, user_is_admin, username_valid
 from core.errors import MSG_NOT_FOUND, HostError
 from core.models import ApiToken
 from core.services import audit_record, lifecycle_record, tokens_revoke_for_user
@@ -36,7 +36,7 @@ def user_wire(user: Any) -> dict[str, Any]:
         "username": user.get_username(),
         "name": user.get_full_name() or user.get_username(),
         "email": user.email or "",
-        "admin": bool(user.is_staff or user.is_superuser),
+        "admin": user_is_admin(user),
         "active": bool(user.is_active),
     }
 
