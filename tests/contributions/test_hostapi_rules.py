@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.core.cache import cache
 from django.db.models import F
 
 from conversations.models import Conversation
@@ -354,3 +355,21 @@ def test_a_route_relaying_an_id_with_a_nul_to_acting_user_answers_and_keeps_runn
     response = api(member).get("/v1/ext/wat/me?cid=c%00")
     assert RosterEntry.objects.get(pk="wat").status == ExtensionStatus.RUNNING
     assert (response.status_code, response.json()) == (200, {"who": None})
+
+
+def test_a_refused_create_or_submit_is_not_counted_against_the_send_rate(install, settings, owner):
+    settings.HOST_SEND_RATE = "2/min"
+    cache.clear()
+    host = host_of(install)
+
+    with pytest.raises(AdmissionError):
+        host.conversations.create(sharing="everyone")
+    cid = host.conversations.create()
+    with pytest.raises(AdmissionError):
+        host.conversations.submit(cid, [{"type": "image"}])
+    host.conversations.submit(cid, "one")
+    with pytest.raises(AdmissionError) as throttled:
+        host.conversations.submit(cid, "two")
+
+    assert throttled.value.kind == "throttled"
+    assert Conversation.objects.count() == 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conversations.models import Conversation, Submission
+from conversations.models import Conversation, Run, Submission
 from conversations.services import run_settle
 from core import clock
 from extensions_host.models import ExtensionStatus, RosterEntry
@@ -17,7 +17,7 @@ from extensions_host.runtime import extension_stop
 from extensions_host.sdk import AdmissionError, ToolModule
 from extensions_host.surfaces.models import AmbientSurface
 from extensions_host.surfaces.selectors import ambient_visible
-from extensions_host.surfaces.types import Accepted, Prompt
+from extensions_host.surfaces.types import Accepted, NotReady, Prompt
 
 from ..contributions.exts import make_skills_ext
 from .conftest import claim, in_frame, roster, submit
@@ -116,6 +116,32 @@ def test_the_send_rate_counts_over_the_whole_period_and_starts_afresh_in_the_nex
     assert same_minute.value.kind == "throttled"
     assert isinstance(next_minute.value, Accepted)
     assert Submission.objects.count() == 2
+
+
+def test_a_refused_or_busy_send_is_not_counted_against_the_rate(install, conversation, settings):
+    """Only an admitted send counts: refusals and `NotReady` admitted nothing."""
+    settings.HOST_SEND_RATE = "1/min"
+    install(sender())
+    conversation("c1")
+    conversation("busy")
+    Run.objects.create(
+        conversation_id="busy",
+        status="claimed",
+        claimed_at=clock.now(),
+        lease_expires_at=clock.now(),
+    )
+
+    missing = in_frame("rem", sending(cid="nowhere", require_existing_conversation=True))
+    too_long = in_frame("rem", sending(request_id="a", text="x" * (64 * 1024 + 1)))
+    rejected = in_frame("rem", sending(cid="busy", request_id="b", when_busy="reject"))
+    admitted = in_frame("rem", sending(request_id="c"))
+    over = in_frame("rem", sending(request_id="d"))
+
+    assert [missing.value.kind, too_long.value.kind] == ["invalid", "invalid"]
+    assert rejected.value == NotReady()
+    assert isinstance(admitted.value, Accepted)
+    assert over.value.kind == "throttled"
+    assert list(Submission.objects.values_list("request_id", flat=True)) == ["c"]
 
 
 def test_with_the_send_rate_off_sends_are_not_limited(install, conversation, settings):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -114,11 +115,11 @@ class _Area:
 class HostConversations(_Area):
     """`ctx.host.conversations`."""
 
-    def _throttle(self) -> None:
+    def _rated(self) -> AbstractContextManager[None]:
         # the one per-extension rate limit of `send` bounds creation too (HOST_SEND_RATE)
-        from extensions_host.surfaces.services.send import send_throttle
+        from extensions_host.surfaces.services.send import send_rate
 
-        send_throttle(extension_id=self._ctx.extension_id)
+        return send_rate(extension_id=self._ctx.extension_id)
 
     def _in_own_frame(self) -> bool:
         from extensions_host.runtime import require_write
@@ -143,21 +144,25 @@ class HostConversations(_Area):
         self._require("send")
         user = self._user(owner) if owner is not None else extension_user(self._ctx.extension_id)
         source = source or service_source(self._ctx.extension_id)
-        self._throttle()
         try:
-            if self._in_own_frame():
-                with transaction.atomic():
-                    created = conversation_ensure(
-                        owner=user, conversation_id=id, name=name, sharing=sharing, source=source
+            with self._rated():
+                if self._in_own_frame():
+                    with transaction.atomic():
+                        created = conversation_ensure(
+                            owner=user,
+                            conversation_id=id,
+                            name=name,
+                            sharing=sharing,
+                            source=source,
+                        )
+                else:
+                    created = conversation_create(
+                        principal=self._principal(user),
+                        conversation_id=id,
+                        name=name,
+                        sharing=sharing,
+                        source=source,
                     )
-            else:
-                created = conversation_create(
-                    principal=self._principal(user),
-                    conversation_id=id,
-                    name=name,
-                    sharing=sharing,
-                    source=source,
-                )
         except HostError as exc:
             raise _admission(exc) from exc
         conversation_id = created.conversation.pk
@@ -184,24 +189,24 @@ class HostConversations(_Area):
         try:
             conversation = self._conversation(conversation_id)
             actor = self._user(user) if user is not None else conversation.owner
-            self._throttle()
-            if self._in_own_frame():
-                with transaction.atomic():
-                    admission = submission_admit(
+            with self._rated():
+                if self._in_own_frame():
+                    with transaction.atomic():
+                        admission = submission_admit(
+                            conversation_id=conversation.pk,
+                            parts=parts,
+                            origin=Origin.of_user(actor),
+                            request_id=request_id,
+                            when_busy=when_busy,
+                        )
+                else:
+                    admission = submission_submit(
+                        principal=self._principal(actor),
                         conversation_id=conversation.pk,
                         parts=parts,
-                        origin=Origin.of_user(actor),
                         request_id=request_id,
                         when_busy=when_busy,
                     )
-            else:
-                admission = submission_submit(
-                    principal=self._principal(actor),
-                    conversation_id=conversation.pk,
-                    parts=parts,
-                    request_id=request_id,
-                    when_busy=when_busy,
-                )
         except ConversationBusy:
             return NotReady()
         except HostError as exc:

@@ -8,6 +8,8 @@ submission commits or rolls back with the hook.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -47,26 +49,32 @@ MSG_CONVERSATION_MISSING = "Conversation does not exist"
 WHEN_BUSY = ("queue", "steer", "reject")
 
 
-def send_throttle(*, extension_id: str) -> None:
-    """Per-extension fixed-window rate limit (`HOST_SEND_RATE`), counted in the shared cache.
+@contextmanager
+def send_rate(*, extension_id: str) -> Iterator[None]:
+    """Per-extension fixed-window rate limit (`HOST_SEND_RATE`) around one send, submission or
+    conversation creation, counted in the shared cache: over it, `AdmissionError(throttled)`
+    before any work. What the body refuses (raises) is not counted; what it admits is, even
+    when its frame rolls back later.
 
     The count is approximate by design (a cache, not the database: a rate limit must never
-    serialise an extension's frames on one row); a send rolled back with its hook still counts.
+    serialise an extension's frames on one row); frames sending at the same instant may
+    overshoot it by as many as run at once.
     """
     rate = parse_rate(settings.HOST_SEND_RATE)
     if rate is None:
+        yield
         return
     limit, period = rate
     window = clock.now_ms() // (period * 1000)
     key = f"hyphae:send-rate:{extension_id}:{window}"
+    if (cache.get(key) or 0) >= limit:
+        raise AdmissionError("throttled", MSG_THROTTLED)
+    yield
     cache.add(key, 0, timeout=period * 2)
     try:
-        count = cache.incr(key)
+        cache.incr(key)
     except ValueError:  # evicted between add and incr
         cache.set(key, 1, timeout=period * 2)
-        count = 1
-    if count > limit:
-        raise AdmissionError("throttled", MSG_THROTTLED)
 
 
 def send_admit(
@@ -104,11 +112,10 @@ def send_admit(
         raise AdmissionError("invalid", MSG_CORRELATION_INVALID)
     if not conversation_id_valid(conversation_id):
         raise AdmissionError("invalid", MSG_CONVERSATION_ID_INVALID)
-    send_throttle(extension_id=extension_id)
     try:
         # a savepoint: a refused send leaves nothing behind (not even a created conversation),
         # while the hook may catch the error and go on in its frame
-        with transaction.atomic():
+        with send_rate(extension_id=extension_id), transaction.atomic():
             if not Conversation.objects.filter(pk=conversation_id).exists():
                 if require_existing_conversation:
                     raise AdmissionError("invalid", MSG_CONVERSATION_MISSING)
