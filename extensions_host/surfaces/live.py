@@ -228,25 +228,28 @@ class ChangeHub:
         import psycopg
 
         params = _connect_params()
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self.listening = True
-                    self._wake_all()  # a change may have slipped by while we were connecting
-                    async for notify in conn.notifies():
-                        if notify.payload == EVERY_CONVERSATION:
-                            self._wake_all()
-                        else:
-                            self.wake(notify.payload)
-            except asyncio.CancelledError:
+        try:
+            while True:
+                try:
+                    conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+                    async with conn:
+                        await conn.execute(f"LISTEN {CHANNEL}")
+                        self.listening = True
+                        self._wake_all()  # a change may have slipped by while we were connecting
+                        async for notify in conn.notifies():
+                            if notify.payload == EVERY_CONVERSATION:
+                                self._wake_all()
+                            else:
+                                self.wake(notify.payload)
+                except Exception:
+                    logger.warning("live update listener lost its connection", exc_info=True)
                 self.listening = False
-                raise
-            except Exception:
-                logger.warning("live update listener lost its connection", exc_info=True)
+                await asyncio.sleep(2.0)
+        finally:
+            # cancelled as its loop ends (each WSGI-served stream runs in a loop of its own):
+            # holding the task would hold the loop, and `_hubs` would never let go of either
             self.listening = False
-            await asyncio.sleep(2.0)
+            self._task = None
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ChangeHub] = weakref.WeakKeyDictionary()

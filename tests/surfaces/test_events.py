@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import os
 import signal
@@ -26,8 +28,10 @@ from core import clock
 from core.services import token_create
 from extensions_host.runtime import extension_stop
 from extensions_host.services.roster import extension_resume
+from extensions_host.surfaces import live
 from extensions_host.surfaces.live import (
     KINDS,
+    change_hub,
     changed_kinds,
     conversation_digests,
     roster_token,
@@ -451,3 +455,25 @@ def test_opening_the_stream_while_the_database_is_down_answers_the_documented_50
     assert response.json()["error"]["cause"] == "unavailable"
     operation = schema["paths"]["/v1/conversations/{conversation_id}/events"]["get"]
     assert "Retry-After" in operation["responses"]["503"]["headers"]
+
+
+@pytest.mark.postgres
+def test_an_event_loop_that_ends_leaves_no_change_hub_behind(db):
+    """A stream served through WSGI runs in an event loop of its own: its hub (and the loop)
+    must go with it, or every such request would keep both for the life of the process."""
+
+    async def listen_once() -> bool:
+        hub = change_hub()
+        wake = hub.subscribe("c1")
+        for _ in range(500):  # bounded: the LISTEN connection is up within 5 s
+            if hub.listening:
+                break
+            await asyncio.sleep(0.01)
+        hub.unsubscribe("c1", wake)
+        return hub.listening
+
+    hubs_before = len(live._hubs)
+
+    assert asyncio.run(listen_once())
+    gc.collect()
+    assert len(live._hubs) == hubs_before
