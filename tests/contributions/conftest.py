@@ -34,3 +34,13 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float | None]]:
         lambda args, countdown=None: sent.append((args[0], countdown)),
     )
     return sent
+
+
+@pytest.fixture
+def notify_settings(settings: Any) -> Any:
+    """Notifier retries small enough to walk through: 3 attempts, 2 s backoff up to 60 s."""
+    settings.HOST_NOTIFY_MAX_ATTEMPTS = 3
+    settings.HOST_NOTIFY_BACKOFF_SECONDS = 2
+    settings.HOST_NOTIFY_BACKOFF_MAX_SECONDS = 60
+    settings.HOST_PUBLIC_URL = "https://hyphae.example/"
+    return settings

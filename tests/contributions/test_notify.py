@@ -32,15 +32,6 @@ from extensions_host.sdk import Extension, Notifier, Retry
 from .exts import make_notifier_ext
 
 
-@pytest.fixture
-def notify_settings(settings):
-    settings.HOST_NOTIFY_MAX_ATTEMPTS = 3
-    settings.HOST_NOTIFY_BACKOFF_SECONDS = 2
-    settings.HOST_NOTIFY_BACKOFF_MAX_SECONDS = 60
-    settings.HOST_PUBLIC_URL = "https://hyphae.example/"
-    return settings
-
-
 def emit(capture, **overrides):
     fields = {
         "type": "interaction.pending",

@@ -37,15 +37,6 @@ from extensions_host.sdk import Extension, Notifier, StateError
 from .exts import ctx_of, make_host_ext, make_notifier_ext, make_slash_ext
 
 
-@pytest.fixture
-def notify_settings(settings):
-    settings.HOST_NOTIFY_MAX_ATTEMPTS = 3
-    settings.HOST_NOTIFY_BACKOFF_SECONDS = 2
-    settings.HOST_NOTIFY_BACKOFF_MAX_SECONDS = 60
-    settings.HOST_PUBLIC_URL = "https://hyphae.example/"
-    return settings
-
-
 def emitted(capture, **overrides) -> Notification:
     fields = {"type": "job.failed", "user": "owner", "title": "Job failed"} | overrides
     with capture(execute=True):
