@@ -327,10 +327,16 @@ def test_a_hook_raising_after_its_deadline_passed_is_stopped_for_the_deadline(
 # --- transact and detached contexts ---------------------------------------------------------
 
 
-def test_a_retry_raised_in_transact_reaches_its_caller_with_its_delay_and_reason(install):
+def alpha_detached(install: Any, hook: str) -> Any:
+    """`alpha` installed, and a context of it outside any frame (a worker's or a route's)."""
     install(make_ext("alpha"))
-    ctx = detached_context(extension_id="alpha", hook="worker w")
+    ctx = detached_context(extension_id="alpha", hook=hook)
     assert ctx is not None
+    return ctx
+
+
+def test_a_retry_raised_in_transact_reaches_its_caller_with_its_delay_and_reason(install):
+    ctx = alpha_detached(install, "worker w")
 
     def body(ctx: Any) -> None:
         ctx.collection("item").put(Item(key="rolled-back"))
@@ -346,9 +352,7 @@ def test_a_retry_raised_in_transact_reaches_its_caller_with_its_delay_and_reason
 def test_a_write_in_transact_checks_the_grants_the_frame_read_not_the_contexts_copy(install):
     """A route's context keeps the grants of when it was made; a staff revocation since then
     holds for the frames it opens, also for writes through that context itself."""
-    install(make_ext("alpha"))
-    ctx = detached_context(extension_id="alpha", hook="route r")
-    assert ctx is not None
+    ctx = alpha_detached(install, "route r")
     RosterEntry.objects.filter(pk="alpha").update(admitted_grants=["timers"])
 
     with pytest.raises(AdmissionError) as raised:
@@ -399,9 +403,7 @@ def test_a_store_call_racing_another_frames_first_write_retries_the_frame(instal
 
 
 def test_update_refuses_a_capability_other_than_state_and_keeps_nothing(install):
-    install(make_ext("alpha"))
-    ctx = detached_context(extension_id="alpha", hook="worker w")
-    assert ctx is not None
+    ctx = alpha_detached(install, "worker w")
 
     def body(ctx: Any) -> None:
         ctx.collection("item").put(Item(key="rolled-back"))
