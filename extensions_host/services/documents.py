@@ -129,10 +129,13 @@ def documents_declare(*, extension_id: str, documents: dict[str, Document[Any]])
 
 
 def documents_fork(*, parent_id: str, child_id: str) -> int:
-    """Give a forked conversation its documents: `copy` ones are copied from the parent,
-    `reset` ones start from their initial value. Runs in the caller's (fork's) transaction."""
-    copied = set(
-        DocumentDeclaration.objects.filter(fork=DocumentDeclaration.Fork.COPY).values_list(
+    """Give a forked conversation its documents: the parent's are copied, except those declared
+    `reset`, which start from their initial value. A stored document no version declares now
+    (its declaration dropped, or its extension uninstalled) is copied, as `copy` is the default:
+    a later version that declares it again finds it in the fork as in the parent. Runs in the
+    caller's (fork's) transaction."""
+    reset = set(
+        DocumentDeclaration.objects.filter(fork=DocumentDeclaration.Fork.RESET).values_list(
             "extension_id", "name"
         )
     )
@@ -144,7 +147,7 @@ def documents_fork(*, parent_id: str, child_id: str) -> int:
             value=doc.value,
         )
         for doc in ExtensionDocument.objects.filter(conversation_id=parent_id).iterator()
-        if (doc.extension_id, doc.name) in copied
+        if (doc.extension_id, doc.name) not in reset
     ]
     ExtensionDocument.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)

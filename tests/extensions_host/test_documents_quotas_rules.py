@@ -177,6 +177,22 @@ def test_a_document_no_longer_declared_loses_its_declaration_and_keeps_its_rows(
     assert ExtensionDocument.objects.filter(name="todo", conversation_id="c1").exists()
 
 
+def test_a_fork_copies_a_document_whose_declaration_a_version_dropped(install, conversation):
+    """No declaration means the default policy, `copy`: a version that declares the name again
+    finds it in the fork as in the parent."""
+    install(with_documents("alpha", "kept", "dropped"))
+    conversation("parent")
+    conversation("child")
+    for name in ("kept", "dropped"):
+        assert write(lambda c, n=name: c.document(n).update("parent", lambda d: Note(text=n))).ok
+    install(with_documents("alpha", "kept", version="2.0.0"))
+
+    assert documents_fork(parent_id="parent", child_id="child") == 2
+
+    install(with_documents("alpha", "kept", "dropped", version="3.0.0"))
+    assert write(lambda c: c.document("dropped").read("child")).value == Note(text="dropped")
+
+
 def test_declaring_one_extensions_documents_keeps_the_other_extensions_declarations(install):
     install(with_documents("alpha", "notes"), with_documents("beta", "todo"))
 
