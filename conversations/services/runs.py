@@ -158,12 +158,13 @@ def _claim_replay(
     run = Run.objects.filter(claim_key=claim_key).first()
     if run is None:
         return None
-    if conversation_id is not None and run.conversation_id != conversation_id:
-        raise HostError("contract", "conflict", MSG_CLAIM_KEY_TAKEN)
     if run.status == RunStatus.RELEASED:
         # released before releases gave up their key: free it, and the retry claims afresh
+        # (in this conversation or another: a released run's key names nothing)
         Run.objects.filter(pk=run.pk, status=RunStatus.RELEASED).update(claim_key=None)
         return None
+    if conversation_id is not None and run.conversation_id != conversation_id:
+        raise HostError("contract", "conflict", MSG_CLAIM_KEY_TAKEN)
     if run.status == RunStatus.CLAIMED and not run.capture:
         if in_flight:
             raise HostError("store", "unavailable", MSG_CLAIM_IN_FLIGHT, retry_after=1)

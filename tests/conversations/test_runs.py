@@ -167,6 +167,21 @@ def test_a_released_run_still_holding_its_claim_key_is_not_replayed(kit, runtime
     assert Run.objects.get(pk=old.pk).claim_key is None
 
 
+def test_a_released_run_still_holding_its_claim_key_frees_it_for_another_conversation(
+    kit, runtime
+):
+    """A released run's key names nothing, so it is no conflict wherever it is used again."""
+    for cid in ("a", "b"):
+        kit.conversation(cid)
+        kit.submit(cid)
+    old = kit.claim("a", claim_key="k1")
+    Run.objects.filter(pk=old.pk).update(status="released")
+    again = runtime.post("/v1/conversations/b/runs", {"claim_key": "k1"}, format="json")
+    assert again.status_code == 201, again.content
+    assert again.json()["conversation_id"] == "b"
+    assert Run.objects.get(pk=old.pk).claim_key is None
+
+
 def test_a_heartbeat_extends_the_lease_from_now(kit, runtime, fake_clock, settings):
     settings.RUN_LEASE_SECONDS = 60
     kit.conversation()
