@@ -11,6 +11,7 @@ import pytest
 
 from conversations.models import Conversation, Run, RunStatus
 from core import clock
+from core.auth import user_principal
 from core.errors import HostError
 from core.validation import json_size
 from extensions_host.contributions.models import (
@@ -31,6 +32,7 @@ from extensions_host.contributions.services.notify import (
     notifications_due,
     notifier_health,
 )
+from extensions_host.contributions.services.slash import slash_command_run
 from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.sdk import Extension, Notifier, StateError
 
@@ -440,6 +442,28 @@ def test_a_notice_that_is_not_text_is_a_defect_of_the_command(install, api, owne
         ExtensionStatus.STOPPED,
         "slash todo defect: Slash command result must be {notice} or a string",
     )
+
+
+@pytest.mark.parametrize(
+    ("sharing", "cause"),
+    [("private", "not_found"), ("users", "forbidden"), ("public", "forbidden")],
+)
+def test_the_slash_service_runs_a_command_only_for_the_conversations_owner(
+    install, member, conversation, sharing, cause
+):
+    """Its own rule, whoever calls it: the API checks access first only to answer 404/403
+    before reading the body."""
+    seen = []
+    install(make_slash_ext(run=lambda ctx, invocation: seen.append(invocation.name)))
+    conversation("c1", sharing=sharing)
+
+    with pytest.raises(HostError) as refused:
+        slash_command_run(
+            principal=user_principal(member, "token"), conversation_id="c1", name="todo", args=""
+        )
+
+    assert refused.value.cause == cause
+    assert seen == []
 
 
 def test_help_shows_an_arguments_hint_only_for_commands_that_take_one(
