@@ -11,6 +11,7 @@ class ArtifactsConfig(AppConfig):
 
     def ready(self) -> None:
         from artifacts.urls import EMIT_PATH
-        from core.middleware import register_body_limit
+        from core.middleware import body_limits_replace
 
-        register_body_limit(f"/v1/{EMIT_PATH}", EMIT_BODY_LIMIT)
+        path = f"/v1/{EMIT_PATH}"
+        body_limits_replace(path, {path: EMIT_BODY_LIMIT})

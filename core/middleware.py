@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 from urllib.parse import unquote_to_bytes
 
@@ -20,14 +21,22 @@ from core.errors import MSG_INVALID_BODY, MSG_TOO_LARGE, HostError
 from core.logging import HOST_ERROR_ATTR, REQUEST_ID_ATTR, host_error_of, request_id_var
 from core.validation import PROBLEM_NOT_UNICODE, text_problem
 
-# Paths with their own body limit (longest prefix wins). Extension routes declare theirs;
-# the registry adds them through `register_body_limit`.
+# Paths with their own body limit, longest prefix first (the longest that matches wins).
+# Extension routes declare theirs; the contributions loader sets them (`body_limits_replace`).
+# The list is replaced whole, never changed in place, so a request reads one consistent list.
 _BODY_LIMITS: list[tuple[str, int]] = []
+_body_limits_lock = threading.Lock()
 
 
-def register_body_limit(prefix: str, limit: int) -> None:
-    _BODY_LIMITS.append((prefix, limit))
-    _BODY_LIMITS.sort(key=lambda item: len(item[0]), reverse=True)
+def body_limits_replace(under: str, limits: Mapping[str, int]) -> None:
+    """Set the limits of the paths under `under` to `limits` (prefixes under it), dropping the
+    ones set there before: an extension loaded again keeps only its routes' limits as they
+    are now."""
+    global _BODY_LIMITS
+    with _body_limits_lock:
+        kept = {prefix: limit for prefix, limit in _BODY_LIMITS if not prefix.startswith(under)}
+        kept.update(limits)
+        _BODY_LIMITS = sorted(kept.items(), key=lambda item: len(item[0]), reverse=True)
 
 
 def body_limit_for(path: str) -> int:

@@ -8,9 +8,8 @@ A failure raises `ExtensionLoadError`, naming the extension and the problem.
 from __future__ import annotations
 
 import logging
-import threading
 
-from core.middleware import register_body_limit
+from core.middleware import body_limits_replace
 from extensions_host.contributions.services.bundles import bundles_check
 from extensions_host.contributions.services.skills import skills_resolve
 from extensions_host.registry import ExtensionLoadError, LoadedExtension
@@ -19,9 +18,6 @@ from extensions_host.sdk import Extension
 logger = logging.getLogger("extensions_host.contributions")
 
 ROUTE_PREFIX = "/v1/ext/"
-
-_registered: set[tuple[str, int]] = set()
-_registered_lock = threading.Lock()
 
 
 def on_load(extensions: dict[str, LoadedExtension]) -> None:
@@ -84,13 +80,11 @@ def route_prefix(extension_id: str, path: str) -> str:
 
 def route_limits_register(loaded: LoadedExtension) -> None:
     """Each route path's body limit (the largest of its methods; the route view enforces the
-    exact one), so the middleware refuses an oversized body before anything reads it."""
+    exact one), so the middleware refuses an oversized body before anything reads it. They
+    replace what an earlier load of the extension set: a route's limit raised or dropped
+    holds from this load on."""
     limits: dict[str, int] = {}
     for route in loaded.definition.contributions.routes:
         prefix = route_prefix(loaded.id, route.path)
         limits[prefix] = max(limits.get(prefix, 0), route.body_limit)
-    with _registered_lock:
-        for prefix, limit in limits.items():
-            if (prefix, limit) not in _registered:
-                _registered.add((prefix, limit))
-                register_body_limit(prefix, limit)
+    body_limits_replace(route_prefix(loaded.id, ""), limits)

@@ -532,12 +532,6 @@ def test_a_stopped_extension_answers_503_before_its_body_limit_is_checked(instal
     assert response.json()["error"]["message"] == "Extension stoplim is stopped: halted"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: core.middleware keeps every body limit ever registered for a path and the "
-    "first one registered matches, so a later load of the extension with a larger limit "
-    "(the author harness, registry.installed, registry.reset) is still refused at the old one",
-)
 def test_a_later_load_with_a_larger_body_limit_accepts_a_body_within_it(install, api, member):
     """The middleware refuses a body by the limit of the extension as loaded now: after a
     load with `upload` at 16 bytes, a load with it at 1024 accepts 100 bytes."""

@@ -326,13 +326,29 @@ def test_the_longest_registered_prefix_decides_a_paths_body_limit(monkeypatch, s
     from core import middleware
 
     monkeypatch.setattr(middleware, "_BODY_LIMITS", [])
-    middleware.register_body_limit("/v1/ext/a/big", 4096)
-    middleware.register_body_limit("/v1/ext/a/", 2048)
-    middleware.register_body_limit("/v1/ext/a/big/small", 1024)
+    middleware.body_limits_replace(
+        "/v1/ext/a/",
+        {"/v1/ext/a/big": 4096, "/v1/ext/a/": 2048, "/v1/ext/a/big/small": 1024},
+    )
     assert middleware.body_limit_for("/v1/ext/a/big/x") == 4096
     assert middleware.body_limit_for("/v1/ext/a/big/small/x") == 1024
     assert middleware.body_limit_for("/v1/ext/a/other") == 2048
     assert middleware.body_limit_for("/v1/conversations") == settings.HOST_MAX_BODY_BYTES
+
+
+def test_replacing_the_body_limits_under_a_prefix_drops_its_old_ones_only(monkeypatch, settings):
+    """An extension loaded again keeps only its routes' limits as they are now; another
+    extension's (`/v1/ext/ab/` is not under `/v1/ext/a/`) stay."""
+    from core import middleware
+
+    monkeypatch.setattr(middleware, "_BODY_LIMITS", [])
+    middleware.body_limits_replace("/v1/ext/a/", {"/v1/ext/a/up": 16, "/v1/ext/a/gone": 8})
+    middleware.body_limits_replace("/v1/ext/ab/", {"/v1/ext/ab/up": 32})
+    middleware.body_limits_replace("/v1/ext/a/", {"/v1/ext/a/up": 1024})
+
+    assert middleware.body_limit_for("/v1/ext/a/up") == 1024
+    assert middleware.body_limit_for("/v1/ext/a/gone") == settings.HOST_MAX_BODY_BYTES
+    assert middleware.body_limit_for("/v1/ext/ab/up") == 32
 
 
 def test_a_raw_byte_that_is_not_utf_8_in_a_wsgi_query_is_a_400():
