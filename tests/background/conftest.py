@@ -25,6 +25,7 @@ from conversations.models import (
 from conversations.services import Origin, run_claim, run_settle, submission_admit
 from core import clock
 from extensions_host.background import tasks
+from extensions_host.background.models import Timer
 from extensions_host.models import RosterEntry
 from extensions_host.runtime import FrameOutcome, run_frame
 from extensions_host.services.roster import extension_resume
@@ -34,6 +35,22 @@ def in_frame(extension_id: str, fn: Callable[[Any], Any], **options: Any) -> Fra
     """Run `fn(ctx)` in a frame of the extension (as a command would: typed errors return)."""
     options.setdefault("failures", "return")
     return run_frame(extension_id=extension_id, hook="test", call=fn, **options)
+
+
+def set_timers(extension_id: str, **timers: int) -> None:
+    """Set each `key=due_at` timer of the extension, in one frame."""
+
+    def body(ctx: Any) -> None:
+        for key, due in timers.items():
+            ctx.timers.set(key, due)
+
+    outcome = in_frame(extension_id, body)
+    assert outcome.ok, outcome
+
+
+def pending(extension_id: str) -> dict[str, int]:
+    """The extension's stored timers, key → due_at."""
+    return dict(Timer.objects.filter(extension_id=extension_id).values_list("key", "due_at"))
 
 
 def roster(extension_id: str) -> RosterEntry:

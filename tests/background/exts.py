@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from extensions_host.background.declarations import Job, JobRun, add_job
 from extensions_host.sdk import Collection, Document, Extension
 
 GRANTS = {"state", "timers", "settled", "lifecycle", "send"}
@@ -66,3 +67,39 @@ def effects(extension_id: str) -> dict[str, Effect]:
 
     rows = ExtensionRecord.objects.filter(extension_id=extension_id, collection="effect")
     return {row.key: Effect.model_validate_json(row.value) for row in rows}
+
+
+JOB = "ext:alpha:tick"
+
+
+class Runs:
+    """A job action that records its runs; `fail` makes it raise, `advance_ms` makes it take
+    that long on the fake clock."""
+
+    def __init__(self, clock: Any = None, *, advance_ms: int = 0) -> None:
+        self.runs: list[JobRun] = []
+        self.fail: BaseException | None = None
+        self.clock = clock
+        self.advance_ms = advance_ms
+
+    def __call__(self, ctx: Any, run: JobRun) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.runs.append(run)
+        ctx.collection("effect").put(Effect(key=str(run.scheduled_for)))
+        if self.advance_ms:
+            self.clock.advance(ms=self.advance_ms)  # a run that takes this long
+
+    @property
+    def instants(self) -> list[int]:
+        return [run.scheduled_for for run in self.runs]
+
+
+def job_ext(
+    action: Any, *, grants: set[str] | None = None, version: str = "1.0.0", **job: Any
+) -> Extension:
+    """`alpha` with one job, `tick` (every 10 s unless told)."""
+    ext = make_ext("alpha", grants=grants, version=version)
+    job.setdefault("every_seconds", 10)
+    add_job(ext, Job("tick", action=action, **job))
+    return ext

@@ -27,36 +27,7 @@ from extensions_host.sdk import CommandError, DefinitionError, Retry
 from extensions_host.services.errors import MSG_UNAVAILABLE, stopped_message
 
 from .conftest import resume, roster
-from .exts import Effect, make_ext
-
-JOB = "ext:alpha:tick"
-
-
-class Runs:
-    def __init__(self, clock: Any = None, *, advance_ms: int = 0) -> None:
-        self.runs: list[JobRun] = []
-        self.fail: BaseException | None = None
-        self.clock = clock
-        self.advance_ms = advance_ms
-
-    def __call__(self, ctx: Any, run: JobRun) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.runs.append(run)
-        ctx.collection("effect").put(Effect(key=str(run.scheduled_for)))
-        if self.advance_ms:
-            self.clock.advance(ms=self.advance_ms)  # a run that takes this long
-
-    @property
-    def instants(self) -> list[int]:
-        return [run.scheduled_for for run in self.runs]
-
-
-def job_ext(action: Any, *, grants: set[str] | None = None, **job: Any):
-    ext = make_ext("alpha", grants=grants)
-    job.setdefault("every_seconds", 10)
-    add_job(ext, Job("tick", action=action, **job))
-    return ext
+from .exts import JOB, Runs, job_ext, make_ext
 
 
 def state() -> JobState:

@@ -27,7 +27,6 @@ from core.models import LifecycleEvent
 from core.services import lifecycle_record
 from extensions_host.background.declarations import (
     Job,
-    JobRun,
     PromptAction,
     Worker,
     WorkerWake,
@@ -79,39 +78,7 @@ from extensions_host.runtime.stops import REASON_MAX
 from extensions_host.sdk import CommandError, Retry, StateError
 
 from .conftest import roster
-from .exts import Effect, make_ext
-
-JOB = "ext:alpha:tick"
-
-
-class Runs:
-    """A job action that records its runs; `fail` makes it raise, `advance_ms` makes it take
-    that long on the fake clock."""
-
-    def __init__(self, clock: Any = None, *, advance_ms: int = 0) -> None:
-        self.runs: list[JobRun] = []
-        self.fail: BaseException | None = None
-        self.clock = clock
-        self.advance_ms = advance_ms
-
-    def __call__(self, ctx: Any, run: JobRun) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.runs.append(run)
-        ctx.collection("effect").put(Effect(key=str(run.scheduled_for)))
-        if self.advance_ms:
-            self.clock.advance(ms=self.advance_ms)
-
-    @property
-    def instants(self) -> list[int]:
-        return [run.scheduled_for for run in self.runs]
-
-
-def job_ext(action: Any, *, version: str = "1.0.0", **job: Any) -> Any:
-    ext = make_ext("alpha", version=version)
-    job.setdefault("every_seconds", 10)
-    add_job(ext, Job("tick", action=action, **job))
-    return ext
+from .exts import JOB, Runs, job_ext, make_ext
 
 
 def state(job_id: str = JOB) -> JobState:

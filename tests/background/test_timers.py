@@ -29,22 +29,8 @@ from extensions_host.models import ExtensionStatus, RosterEntry
 from extensions_host.runtime import HookContext
 from extensions_host.sdk import ExtensionStop, Retry, StateError
 
-from .conftest import in_frame, resume, roster
+from .conftest import in_frame, pending, resume, roster, set_timers
 from .exts import Effect, effects, make_ext, record_timer
-
-
-def set_timers(extension_id: str, **timers: int) -> None:
-    def body(ctx: Any) -> None:
-        for key, due in timers.items():
-            ctx.timers.set(key, due)
-
-    outcome = in_frame(extension_id, body)
-    assert outcome.ok, outcome
-
-
-def pending(extension_id: str) -> dict[str, int]:
-    return dict(Timer.objects.filter(extension_id=extension_id).values_list("key", "due_at"))
-
 
 # --- ctx.timers -------------------------------------------------------------------------------
 

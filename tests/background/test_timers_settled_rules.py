@@ -65,21 +65,8 @@ from extensions_host.runtime import current_frame
 from extensions_host.runtime.deadlines import MAX_DEADLINE_SECONDS
 from extensions_host.sdk import Retry
 
-from .conftest import in_frame, roster, settle_runs
+from .conftest import pending, roster, set_timers, settle_runs
 from .exts import effects, make_ext, record_timer
-
-
-def set_timers(extension_id: str, **timers_: int) -> None:
-    def body(ctx: Any) -> None:
-        for key, due in timers_.items():
-            ctx.timers.set(key, due)
-
-    outcome = in_frame(extension_id, body)
-    assert outcome.ok, outcome
-
-
-def pending(extension_id: str) -> dict[str, int]:
-    return dict(Timer.objects.filter(extension_id=extension_id).values_list("key", "due_at"))
 
 
 def wakes(sent: Any) -> list[int]:

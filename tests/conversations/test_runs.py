@@ -167,9 +167,7 @@ def test_a_released_run_still_holding_its_claim_key_is_not_replayed(kit, runtime
     assert Run.objects.get(pk=old.pk).claim_key is None
 
 
-def test_a_released_run_still_holding_its_claim_key_frees_it_for_another_conversation(
-    kit, runtime
-):
+def test_a_released_run_still_holding_its_claim_key_frees_it_for_another_conversation(kit, runtime):
     """A released run's key names nothing, so it is no conflict wherever it is used again."""
     for cid in ("a", "b"):
         kit.conversation(cid)

@@ -6,7 +6,9 @@ Hyphae's — a webhook's own bearer secret — are the handler's to read; `user`
 with rejected credentials, 403 a read-only token writing; `admin`: 401/403); the extension
 (stopped → 503 `extensions/unavailable`, the grant not admitted → 503); the body limit (413).
 A body over the largest limit of its path's methods never gets that far: the body-limit
-middleware answers 413 before any of these checks, as it does for every API path. The handler then runs outside any frame with the rules of `outside.run_outside`; its result
+middleware answers 413 before any of these checks, as it does for every API path.
+
+The handler then runs outside any frame with the rules of `outside.run_outside`; its result
 becomes the response (a Django response as it is, JSON data → 200, None → 204, anything else is
 a defect).
 """
