@@ -6,11 +6,14 @@ import zlib
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from artifacts import services
 from artifacts.models import Event, Operation, Record, World
 from artifacts.types import Declaration, OperationContext, RequestContext
 from conversations.models import Conversation, Entry
 from core import clock
+from core.errors import HostError
 
 HEADS_PER_WORLD = 10
 
@@ -132,6 +135,16 @@ def counts() -> tuple[int, int, int, int]:
         Record.objects.count(),
         Event.objects.count(),
     )
+
+
+def raises_unchanged(expected_status: int, expected_message: str, call: Any, /, **kwargs: Any):
+    """`call(**kwargs)` raises a HostError of this status and message, and writes nothing."""
+    before = counts()
+    with pytest.raises(HostError) as caught:
+        call(**kwargs)
+    assert (caught.value.status, caught.value.message) == (expected_status, expected_message)
+    assert counts() == before
+    return caught.value
 
 
 def status_of(record_id: str, world_id: str = "world-1") -> str:

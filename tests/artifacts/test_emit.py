@@ -19,6 +19,7 @@ from tests.artifacts.helpers import (
     emit,
     head,
     op_context,
+    raises_unchanged,
     req_context,
     started,
     visible,
@@ -396,18 +397,10 @@ def test_a_rejection_comes_before_the_operation_is_looked_up(world):
 # --- invariant errors (409) and malformed input (400) ------------------------------------------
 
 
-def _raises(expected_status: int, expected_message: str, call, /, **kwargs):
-    before = counts()
-    with pytest.raises(HostError) as caught:
-        call(**kwargs)
-    assert (caught.value.status, caught.value.message) == (expected_status, expected_message)
-    assert counts() == before
-
-
 def test_emit_and_clear_on_a_missing_operation_are_invariant_errors(world):
     ctx = req_context(op_context(operation_id="never-begun"), decl())
-    _raises(409, "Artifact emit is missing an operation checkpoint", emit, context=ctx)
-    _raises(
+    raises_unchanged(409, "Artifact emit is missing an operation checkpoint", emit, context=ctx)
+    raises_unchanged(
         409,
         "Artifact clear is missing an operation checkpoint",
         services.artifact_clear,
@@ -419,8 +412,8 @@ def test_emit_and_clear_on_a_missing_operation_are_invariant_errors(world):
 
 def test_emit_and_clear_with_a_different_frozen_context_are_invariant_errors(ctx):
     other = req_context(op_context(parent_head="elsewhere"), decl("panel", save="operation"))
-    _raises(409, "Artifact emit does not match the frozen operation", emit, context=other)
-    _raises(
+    raises_unchanged(409, "Artifact emit does not match the frozen operation", emit, context=other)
+    raises_unchanged(
         409,
         "Artifact clear does not match the frozen operation",
         services.artifact_clear,
@@ -457,13 +450,13 @@ def test_a_context_naming_another_worlds_operation_is_a_mismatch_whatever_that_w
         ("Artifact follow-up does not match the frozen operation", services.followup_begin,
          {"context": moved}),
     ]:  # fmt: skip
-        _raises(409, message, call, **kwargs)
+        raises_unchanged(409, message, call, **kwargs)
 
 
 def test_emit_and_clear_of_an_unregistered_request_are_invariant_errors(ctx):
     other = req_context(op_context(), decl("panel"), request_id="req-unknown")
-    _raises(409, "Artifact emit request attempt is not registered", emit, context=other)
-    _raises(
+    raises_unchanged(409, "Artifact emit request attempt is not registered", emit, context=other)
+    raises_unchanged(
         409,
         "Artifact clear request attempt is not registered",
         services.artifact_clear,
@@ -474,7 +467,7 @@ def test_emit_and_clear_of_an_unregistered_request_are_invariant_errors(ctx):
 
 
 def test_beginning_an_operation_again_with_another_context_is_an_invariant_error(ctx):
-    _raises(
+    raises_unchanged(
         409,
         "Artifact operation is bound to a different frozen payload",
         services.operation_begin,
@@ -493,7 +486,7 @@ def test_an_operation_of_another_world_is_an_invariant_error(ctx, owner):
     from tests.artifacts.helpers import make_world
 
     make_world(owner, "world-2")
-    _raises(
+    raises_unchanged(
         409,
         "Artifact operation is bound to a different frozen payload",
         services.operation_begin,
@@ -502,7 +495,7 @@ def test_an_operation_of_another_world_is_an_invariant_error(ctx, owner):
 
 
 def test_beginning_an_operation_in_a_missing_world_is_not_found(db):
-    _raises(404, "Conversation not found", services.operation_begin, context=op_context())
+    raises_unchanged(404, "Conversation not found", services.operation_begin, context=op_context())
 
 
 @pytest.mark.parametrize(
@@ -528,11 +521,11 @@ def test_commit_conflicts_are_invariant_errors(ctx, setup, other, message):
         services.operation_mark_core_committed(context=op, head=head(1))
         if setup == "completed":
             services.followup_complete(operation_id=op.operation_id, requests=[])
-    _raises(409, message, services.operation_mark_core_committed, context=op, head=other)
+    raises_unchanged(409, message, services.operation_mark_core_committed, context=op, head=other)
 
 
 def test_commit_of_a_missing_operation_is_an_invariant_error(world):
-    _raises(
+    raises_unchanged(
         409,
         "Core commit is missing an artifact-operation checkpoint",
         services.operation_mark_core_committed,
@@ -542,7 +535,7 @@ def test_commit_of_a_missing_operation_is_an_invariant_error(world):
 
 
 def test_followup_calls_before_the_core_commits_are_invariant_errors(ctx):
-    _raises(
+    raises_unchanged(
         409,
         "Artifact follow-up cannot fail before the core is committed",
         services.followup_fail,
@@ -550,7 +543,7 @@ def test_followup_calls_before_the_core_commits_are_invariant_errors(ctx):
         status="failed",
         message="m",
     )
-    _raises(
+    raises_unchanged(
         409,
         "Artifact follow-up is missing an operation checkpoint",
         services.followup_begin,
@@ -560,7 +553,7 @@ def test_followup_calls_before_the_core_commits_are_invariant_errors(ctx):
 
 def test_materialization_pending_of_a_failed_operation_is_an_invariant_error(ctx):
     services.operation_mark_core_failed(operation_id="op-1")
-    _raises(
+    raises_unchanged(
         409,
         "An artifact operation whose core failed cannot await materialization",
         services.operation_mark_core_materialization_pending,
@@ -872,13 +865,13 @@ def test_a_process_keeps_a_bounded_number_of_event_statements_whatever_counts_it
 
 def test_a_context_differing_only_in_the_scripts_flag_is_another_frozen_payload(ctx):
     flipped = op_context(preset_scripts_enabled=True)
-    _raises(
+    raises_unchanged(
         409,
         "Artifact operation is bound to a different frozen payload",
         services.operation_begin,
         context=flipped,
     )
-    _raises(
+    raises_unchanged(
         409,
         "Artifact request attempt does not match the frozen operation",
         services.request_attempt_begin,
@@ -889,7 +882,7 @@ def test_a_context_differing_only_in_the_scripts_flag_is_another_frozen_payload(
 def test_awaiting_materialization_again_at_another_head_is_an_invariant_error(ctx):
     op = ctx.operation
     services.operation_mark_core_materialization_pending(context=op, head=head(1), message="m")
-    _raises(
+    raises_unchanged(
         409,
         "Artifact operation awaiting materialization has a conflicting core head",
         services.operation_mark_core_materialization_pending,
@@ -904,7 +897,7 @@ def test_committing_again_does_not_rebind_a_record_bound_to_another_head(ctx):
     record = emit(ctx, "panel", "hello", "call-1")
     services.operation_mark_core_committed(context=ctx.operation, head=head(1))
     Record.objects.filter(record_id=record.record_id).update(bound_head=head(2))  # tampered
-    _raises(
+    raises_unchanged(
         409,
         "Artifact record is bound to a different core head",
         services.operation_mark_core_committed,
@@ -940,7 +933,7 @@ def test_an_insert_colliding_with_the_same_context_is_not_answered_as_a_mismatch
 def test_a_followup_fail_status_outside_the_runtimes_vocabulary_is_refused(ctx):
     services.operation_mark_core_committed(context=ctx.operation, head=head(1))
     for status in ("running", "completed", "superseded"):
-        _raises(
+        raises_unchanged(
             400,
             "Artifact call arguments are invalid",
             services.followup_fail,

@@ -27,7 +27,6 @@ from artifacts.selectors import (
 from artifacts.state import operation_state_problem
 from conversations.models import Conversation
 from core.auth import service_principal
-from core.errors import HostError
 from tests.artifacts.helpers import (
     counts,
     decl,
@@ -35,6 +34,7 @@ from tests.artifacts.helpers import (
     head,
     make_world,
     op_context,
+    raises_unchanged,
     started,
     status_of,
     visible,
@@ -49,15 +49,6 @@ COMMITTED = {
     "message": "",
     "completed_requests": [],
 }
-
-
-def _raises(expected_status: int, expected_message: str, call, /, **kwargs):
-    before = counts()
-    with pytest.raises(HostError) as caught:
-        call(**kwargs)
-    assert (caught.value.status, caught.value.message) == (expected_status, expected_message)
-    assert counts() == before
-    return caught.value
 
 
 def _marks(world_id: str = "world-1") -> tuple[int, int]:
@@ -107,7 +98,7 @@ def test_a_core_message_may_be_exactly_2000_characters_and_no_longer(world):
     refused (400) before anything is written."""
     op = op_context()
     started(op, decl())
-    _raises(
+    raises_unchanged(
         400,
         "Artifact call arguments are invalid",
         services.operation_mark_core_materialization_pending,
@@ -169,7 +160,7 @@ def test_a_world_id_of_64_characters_can_be_reconciled(owner):
     result = services.head_reconcile(world_id=world_id, head=head(1, world_id))
 
     assert result.superseded_operations == ["op-1"]
-    _raises(
+    raises_unchanged(
         400,
         "Artifact call arguments are invalid",
         services.head_reconcile,
@@ -184,7 +175,7 @@ def test_a_blank_or_nul_excepted_operation_is_refused(world, excepted):
     """`except_operation_id`, when given, is an id like any other: blank or NUL → 400, and
     the world is left as it was."""
     started(op_context(), decl())
-    _raises(
+    raises_unchanged(
         400,
         "Artifact call arguments are invalid",
         services.head_reconcile,
@@ -357,7 +348,7 @@ def test_a_core_failure_message_over_2000_characters_is_refused(world):
     """The core failure's message has the same bound as every operation message: over 2000
     characters → 400, and the operation keeps running."""
     started(op_context(), decl())
-    _raises(
+    raises_unchanged(
         400,
         "Artifact call arguments are invalid",
         services.operation_mark_core_failed,
@@ -375,7 +366,7 @@ def test_a_head_spelled_with_a_digit_int_cannot_read_is_refused_not_crashed(worl
     """A head is the entry's id in ASCII decimal: a string of other Unicode digits (which
     `isdigit` accepts but `int` cannot read, like "²") names no entry → 400, not a crash."""
     started(op_context(), decl())
-    _raises(
+    raises_unchanged(
         400,
         "Artifact head is not an entry of the conversation",
         services.head_reconcile,
@@ -444,7 +435,7 @@ def test_a_cache_outage_at_emit_is_unavailable_and_publishes_nothing(world, monk
     record without its payload."""
     ctx = started(op_context(), decl("live", save="none"))
     _cache(monkeypatch, "set")
-    _raises(503, "Artifact cache is unavailable", emit, context=ctx, output="live")
+    raises_unchanged(503, "Artifact cache is unavailable", emit, context=ctx, output="live")
 
 
 @pytest.mark.django_db
@@ -685,7 +676,7 @@ def test_a_followup_completes_with_up_to_1000_requests(world):
     started(op, decl())
     services.operation_mark_core_committed(context=op, head=head(1))
     requests = [f"r{n}" for n in range(1000)]
-    _raises(
+    raises_unchanged(
         400,
         "Artifact call arguments are invalid",
         services.followup_complete,
@@ -708,7 +699,7 @@ def test_a_string_is_not_a_list_of_completed_requests(world):
         (services.followup_complete, {}),
         (services.followup_fail, {"status": "failed", "message": "m"}),
     ):
-        _raises(
+        raises_unchanged(
             400,
             "Artifact call arguments are invalid",
             call,

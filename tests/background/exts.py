@@ -9,7 +9,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from extensions_host.background.declarations import Job, JobRun, add_job
-from extensions_host.sdk import Collection, Document, Extension
+from extensions_host.background.models import JobState
+from extensions_host.background.services.jobs import job_run, jobs_run_due
+from extensions_host.sdk import Collection, Document, Extension, Retry
 
 GRANTS = {"state", "timers", "settled", "lifecycle", "send"}
 
@@ -103,3 +105,16 @@ def job_ext(
     job.setdefault("every_seconds", 10)
     add_job(ext, Job("tick", action=action, **job))
     return ext
+
+
+def job_retrying(install: Any, fake_clock: Any, **job: Any) -> tuple[Runs, int]:
+    """`alpha`'s job `tick` (`job_ext`), run at its first instant and answered with a 30 s
+    `Retry`: its runs (still failing) and that instant."""
+    runs = Runs()
+    runs.fail = Retry(30, "later")
+    install(job_ext(runs, **job))
+    jobs_run_due()
+    first = JobState.objects.get(pk=JOB).next_run_at
+    fake_clock.set(first)
+    assert job_run(job_id=JOB) == "retry"
+    return runs, first

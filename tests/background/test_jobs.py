@@ -27,7 +27,7 @@ from extensions_host.sdk import CommandError, DefinitionError, Retry
 from extensions_host.services.errors import MSG_UNAVAILABLE, stopped_message
 
 from .conftest import resume, roster
-from .exts import JOB, Runs, job_ext, make_ext
+from .exts import JOB, Runs, job_ext, job_retrying, make_ext
 
 
 def state() -> JobState:
@@ -508,14 +508,8 @@ def test_a_defect_in_a_job_stops_the_extension_and_emits_job_failed(install, fak
 
 
 def test_retry_re_offers_the_run_for_the_same_instant_after_the_delay(install, fake_clock, sent):
-    runs = Runs()
-    runs.fail = Retry(30, "later")
-    install(job_ext(runs))
-    jobs_run_due()
-    first = state().next_run_at
-    fake_clock.set(first)
+    runs, first = job_retrying(install, fake_clock)
 
-    assert job_run(job_id=JOB) == "retry"
     runs.fail = None
     fake_clock.advance(seconds=29)
     jobs_run_due()
@@ -564,12 +558,7 @@ def test_instants_held_behind_earlier_runs_each_run_alone_oldest_first(install, 
 
 
 def test_a_job_waiting_out_its_retry_delay_is_not_handed_out_before_it(install, fake_clock, sent):
-    runs = Runs()
-    runs.fail = Retry(30, "later")
-    install(job_ext(runs, every_seconds=3600))
-    jobs_run_due()
-    fake_clock.set(state().next_run_at)
-    assert job_run(job_id=JOB) == "retry"
+    job_retrying(install, fake_clock, every_seconds=3600)
 
     fake_clock.advance(seconds=29)
     assert jobs_due(limit=10) == []  # beat's sweep sends it no task while it waits

@@ -78,7 +78,7 @@ from extensions_host.runtime.stops import REASON_MAX
 from extensions_host.sdk import CommandError, Retry, StateError
 
 from .conftest import roster
-from .exts import JOB, Runs, job_ext, make_ext
+from .exts import JOB, Runs, job_ext, job_retrying, make_ext
 
 
 def state(job_id: str = JOB) -> JobState:
@@ -321,13 +321,7 @@ def test_past_the_grace_the_last_missed_instant_is_the_latest_of_held_and_schedu
 
 def test_a_manual_trigger_due_with_a_retry_runs_as_the_manual_run_now(install, fake_clock, sent):
     """They coalesce into one run: manual, for now, not the retried instant."""
-    runs = Runs()
-    runs.fail = Retry(30, "later")
-    install(job_ext(runs, every_seconds=3600))
-    jobs_run_due()
-    first = state().next_run_at
-    fake_clock.set(first)
-    assert job_run(job_id=JOB) == "retry"
+    runs, _ = job_retrying(install, fake_clock, every_seconds=3600)
     runs.fail = None
     fake_clock.advance(seconds=30)  # the retry is due
     job_trigger(job_id=JOB, actor="staff")
@@ -435,13 +429,7 @@ def test_a_job_that_never_ran_lists_no_outcome(install, sent):
 def test_a_pending_retry_is_not_listed_as_the_next_run(install, fake_clock, sent):
     """Only an instant held behind a run is the next run; a retry waiting out its delay is
     not (the list shows the schedule's next instant)."""
-    runs = Runs()
-    runs.fail = Retry(30, "later")
-    install(job_ext(runs))
-    jobs_run_due()
-    first = state().next_run_at
-    fake_clock.set(first)
-    assert job_run(job_id=JOB) == "retry"
+    _, first = job_retrying(install, fake_clock)
 
     assert listed()["next_run_at"] == clock.from_ms(first + 10_000)
 
@@ -773,6 +761,18 @@ def record(kind: str, conversation_id: str = "", **payload: Any) -> int:
     return lifecycle_record(kind=kind, conversation_id=conversation_id, payload=payload).pk
 
 
+def archived_answered_with(install: Any, retry: Retry) -> Seen:
+    """`alpha` handles `conversation_archived` with `retry`; one such event is fanned out and
+    delivered once."""
+    seen = Seen()
+    seen.fail["conversation_archived"] = retry
+    install(make_ext("alpha", lifecycle=seen.handlers("conversation_archived")))
+    record("conversation_archived", "a")
+    lifecycle_fanout_all()
+    lifecycle_deliver_all(extension_id="alpha")
+    return seen
+
+
 def test_a_fan_out_page_takes_the_oldest_events_and_reports_more(install, sent):
     """Past its limit a fan-out page takes the outbox in id order and says more are waiting."""
     install(make_ext("alpha", lifecycle=Seen().handlers("conversation_archived")))
@@ -906,13 +906,7 @@ def test_lifecycle_retries_are_bounded_and_then_count_as_a_defect(
     """Each re-offer carries its attempt: a handler that keeps asking for a `Retry` is a defect
     at the first one past the limit."""
     settings.HOST_RETRY_LIMIT = 1
-    seen = Seen()
-    seen.fail["conversation_archived"] = Retry(1, "still down")
-    install(make_ext("alpha", lifecycle=seen.handlers("conversation_archived")))
-    record("conversation_archived", "a")
-    lifecycle_fanout_all()
-
-    lifecycle_deliver_all(extension_id="alpha")
+    archived_answered_with(install, Retry(1, "still down"))
     assert roster("alpha").status == ExtensionStatus.RUNNING
     fake_clock.advance(seconds=1)
     lifecycle_deliver_all(extension_id="alpha")
@@ -921,12 +915,7 @@ def test_lifecycle_retries_are_bounded_and_then_count_as_a_defect(
 
 
 def test_a_retried_event_waits_out_its_whole_delay(install, sent, fake_clock):
-    seen = Seen()
-    seen.fail["conversation_archived"] = Retry(10, "later")
-    install(make_ext("alpha", lifecycle=seen.handlers("conversation_archived")))
-    record("conversation_archived", "a")
-    lifecycle_fanout_all()
-    lifecycle_deliver_all(extension_id="alpha")
+    seen = archived_answered_with(install, Retry(10, "later"))
     del seen.fail["conversation_archived"]
 
     fake_clock.advance(seconds=9)
@@ -966,12 +955,7 @@ def test_a_delivery_task_clears_its_kick_so_the_next_event_sends_another(
 
 def test_a_retried_event_is_pending_again_the_moment_its_delay_ends(install, sent, fake_clock):
     """Beat's safety net counts a retried event deliverable at exactly its `not_before`."""
-    seen = Seen()
-    seen.fail["conversation_archived"] = Retry(10, "later")
-    install(make_ext("alpha", lifecycle=seen.handlers("conversation_archived")))
-    record("conversation_archived", "a")
-    lifecycle_fanout_all()
-    lifecycle_deliver_all(extension_id="alpha")
+    archived_answered_with(install, Retry(10, "later"))
     assert lifecycle_pending_extensions() == []
 
     fake_clock.advance(seconds=10)
